@@ -1,0 +1,3 @@
+from cw_cli.cli.app import main
+
+main()
