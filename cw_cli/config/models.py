@@ -1,0 +1,147 @@
+"""The cluster side of a cw config: what cw reads, as opposed to the framework's native keys.
+
+A user's YAML mixes these top-level fields with the framework's own config; cw takes these out
+and mounts the rest, unchanged, in the run's ConfigMap.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.functional_validators import BeforeValidator
+
+from cw_cli.config.quantity import normalize_quantity
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def _quantity(value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError("must be a Kubernetes quantity such as 32, 500m or 64Gi")
+    return normalize_quantity(value)
+
+
+Quantity = Annotated[str, BeforeValidator(_quantity)]
+
+
+def _dns_name(value: str) -> str:
+    if not _DNS_SUBDOMAIN.match(value):
+        raise ValueError(f"{value!r} is not a valid Kubernetes object name (lower-case letters, digits, '-' and '.')")
+    return value
+
+
+DnsName = Annotated[str, BeforeValidator(lambda v: _dns_name(str(v)) if isinstance(v, str) else v)]
+
+
+class StrictModel(BaseModel):
+    """A model that refuses unknown keys, so typos are caught."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class SecretRef(StrictModel):
+    """A key of a Kubernetes Secret, exposed to the pods as an environment variable."""
+
+    name: DnsName = Field(description="Name of the Secret in the run's namespace.")
+    key: str | None = Field(default=None, description="Key in the Secret; defaults to the variable's name.")
+
+
+class Toleration(StrictModel):
+    """A Kubernetes toleration, copied to every pod of the run."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(default=None, alias="tolerationSeconds")
+
+
+class ServiceResources(StrictModel):
+    """Resources and settings of one service of a multi-service run (generation or reward server)."""
+
+    gpu: int | None = Field(default=None, ge=0, le=64, description="GPUs for each replica of this service.")
+    cpu: Quantity | None = Field(default=None, description="CPU request and limit, e.g. '16'.")
+    memory: Quantity | None = Field(default=None, description="Memory request and limit, e.g. '128Gi'.")
+    image: str | None = Field(default=None, description="Container image of this service.")
+    model: str | None = Field(
+        default=None, description="Model served (reward: the sequence-classification model; required to enable it)."
+    )
+    tensor_parallel_size: int | None = Field(default=None, ge=1, le=64, description="vLLM tensor parallelism.")
+    port: int | None = Field(default=None, ge=1024, le=65535, description="Port the service listens on.")
+    args: list[str] = Field(default_factory=list, description="Extra command-line arguments for the server.")
+
+
+class ClusterSpec(StrictModel):
+    """cw's own fields of a config file: where and how the run is placed on the cluster."""
+
+    image: str | None = Field(default=None, description="Trainer image; each framework has a pinned default.")
+    gpu: int | None = Field(default=None, ge=0, le=64, description="GPUs per node for the trainer.")
+    cpu: Quantity | None = Field(default=None, description="CPU request and limit of each trainer pod.")
+    memory: Quantity | None = Field(default=None, description="Memory request and limit of each trainer pod.")
+    nodes: int = Field(default=1, ge=1, le=512, description="Trainer nodes (pods, one per node).")
+    env: dict[str, str | int | float | bool] = Field(
+        default_factory=dict, description="Extra environment variables for every container of the run."
+    )
+    secrets: dict[str, DnsName | SecretRef] = Field(
+        default_factory=dict,
+        description="Environment variable -> Secret name (or {name, key}), e.g. HF_TOKEN: hf-token.",
+    )
+    checkpoint_volume: DnsName | None = Field(
+        default=None, description="PersistentVolumeClaim mounted at /checkpoints (outputs and resume)."
+    )
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the pods must match.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations for every pod.")
+    queue: DnsName | None = Field(default=None, description="Kueue LocalQueue to submit the Job to.")
+    priority_class: DnsName | None = Field(default=None, description="PriorityClass of the pods.")
+    service_account: DnsName | None = Field(default=None, description="ServiceAccount of the pods.")
+    ttl_hours: float = Field(
+        default=72, gt=0, le=24 * 365, description="Hours a finished Job (with status and logs) is kept."
+    )
+    backoff_limit: int = Field(default=2, ge=0, le=100, description="Retries of a failed trainer pod.")
+    shm_size: Quantity = Field(default="64Gi", description="Size of /dev/shm (NCCL needs a large one).")
+    pull: bool = Field(default=False, description="Always pull the image (imagePullPolicy: Always).")
+    services: dict[Literal["server", "reward"], ServiceResources] = Field(
+        default_factory=dict, description="Per-service settings of multi-service types: server, reward."
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, object]) -> dict[str, str]:
+        for name in env:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+        return {name: str(value).lower() if isinstance(value, bool) else str(value) for name, value in env.items()}
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(cls, secrets: dict[str, object]) -> dict[str, object]:
+        for name in secrets:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+        return secrets
+
+    @model_validator(mode="after")
+    def _multi_node_needs_gpus(self) -> "ClusterSpec":
+        if self.nodes > 1 and self.gpu == 0:
+            raise ValueError(
+                f"nodes: {self.nodes} with gpu: 0 would start {self.nodes} CPU-only trainers; "
+                "multi-node training needs gpu >= 1"
+            )
+        return self
+
+    def secret_refs(self) -> dict[str, SecretRef]:
+        """Every secret as a full reference (name and key)."""
+        refs: dict[str, SecretRef] = {}
+        for variable, ref in self.secrets.items():
+            if isinstance(ref, str):
+                ref = SecretRef(name=ref)
+            refs[variable] = SecretRef(name=ref.name, key=ref.key or variable)
+        return refs
+
+
+CLUSTER_FIELDS: frozenset[str] = frozenset(
+    alias or name for name, info in ClusterSpec.model_fields.items() for alias in (info.alias, name)
+)

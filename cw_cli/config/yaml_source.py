@@ -1,0 +1,115 @@
+"""Load a YAML config while remembering the line of every key, for error messages."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cw_cli.errors import ConfigError
+
+KeyPath = tuple[str | int, ...]
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """A safe loader that reads ``1e-5`` as a float (YAML 1.2), as ML configs expect."""
+
+
+# PyYAML follows YAML 1.1, where a float needs a dot: "1e-5" would stay a string.
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def parse_scalar(text: str) -> object:
+    """Type a command-line value the way the config file would (``1e-5`` -> float, ``true`` -> bool)."""
+    try:
+        return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - ConfigLoader is a SafeLoader
+    except yaml.YAMLError:
+        return text
+
+
+@dataclass
+class YamlSource:
+    """A parsed YAML mapping plus where each key came from.
+
+    Attributes:
+        path: The file it was read from.
+        data: The parsed top-level mapping.
+        lines: 1-based line of each key path (e.g. ``("trl", "beta")``).
+    """
+
+    path: Path
+    data: dict[str, Any]
+    lines: dict[KeyPath, int] = field(default_factory=dict)
+
+    def where(self, key_path: KeyPath) -> str:
+        """Return ``file:line`` for a key path, falling back to its closest known parent."""
+        probe = tuple(key_path)
+        while probe:
+            if probe in self.lines:
+                return f"{self.path}:{self.lines[probe]}"
+            probe = probe[:-1]
+        return str(self.path)
+
+
+def _record_lines(node: yaml.Node, prefix: KeyPath, lines: dict[KeyPath, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            path = (*prefix, key)
+            lines[path] = key_node.start_mark.line + 1
+            _record_lines(value_node, path, lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            path = (*prefix, index)
+            lines[path] = item.start_mark.line + 1
+            _record_lines(item, path, lines)
+
+
+def load_yaml_config(path: Path) -> YamlSource:
+    """Read a config file: one YAML mapping.
+
+    Args:
+        path: The user's config file.
+
+    Returns:
+        The parsed mapping with the line of each key.
+
+    Raises:
+        ConfigError: The file is missing, unreadable, not YAML, or not a mapping.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such file"], hint="check the path of the config file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{path}: cannot read it ({exc})"]) from None
+    try:
+        documents = list(yaml.load_all(text, Loader=ConfigLoader))  # noqa: S506 - a SafeLoader
+        nodes = list(yaml.compose_all(text, Loader=ConfigLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([f"{where}: not valid YAML: {problem}"], hint="fix the YAML syntax at that line") from None
+    if len(documents) != 1 or documents[0] is None:
+        raise ConfigError([f"{path}: expected exactly one YAML document holding a mapping"])
+    data = documents[0]
+    if not isinstance(data, dict):
+        raise ConfigError([f"{path}:1: the config must be a mapping of keys to values, not a {type(data).__name__}"])
+    lines: dict[KeyPath, int] = {}
+    _record_lines(nodes[0], (), lines)
+    return YamlSource(path=path, data=data, lines=lines)

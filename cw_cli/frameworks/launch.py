@@ -1,0 +1,34 @@
+"""Arguments for `accelerate launch` (and CLIs that pass them through, like `trl`)."""
+
+from __future__ import annotations
+
+from cw_cli.frameworks.base import RunContext
+
+#: Environment variables the renderer sets in every multi-node trainer pod.
+NODE_RANK_ENV = "CW_NODE_RANK"
+MASTER_ADDR_ENV = "CW_MASTER_ADDR"
+MASTER_PORT_ENV = "CW_MASTER_PORT"
+NUM_NODES_ENV = "CW_NUM_NODES"
+MASTER_PORT = 29500
+
+
+def accelerate_args(context: RunContext) -> list[str]:
+    """Process-count and rendezvous flags for the trainer, derived from ``--gpu`` and ``--nodes``.
+
+    The values that differ per pod are Kubernetes ``$(VAR)`` references, expanded by the kubelet
+    from the pod's environment.
+    """
+    processes_per_node = max(1, context.gpus)
+    args = ["--num_processes", str(processes_per_node * context.cluster.nodes)]
+    if context.cluster.nodes > 1:
+        args += [
+            "--num_machines",
+            str(context.cluster.nodes),
+            "--machine_rank",
+            f"$({NODE_RANK_ENV})",
+            "--main_process_ip",
+            f"$({MASTER_ADDR_ENV})",
+            "--main_process_port",
+            f"$({MASTER_PORT_ENV})",
+        ]
+    return args

@@ -1,0 +1,191 @@
+"""The framework registry: built-ins, plugin folders and entry points, loaded the same way.
+
+One broken plugin never breaks the others or ``cw --help``: its error is recorded and shown by
+``cw frameworks``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from cw_cli import __version__
+from cw_cli.errors import FrameworkError
+from cw_cli.frameworks.base import BaseTrainingFramework, TrainingType
+from cw_cli.frameworks.plugin import FrameworkPlugin
+
+BUILTIN_TARGETS = (
+    "cw_cli.frameworks.trl:get_plugin",
+    "cw_cli.frameworks.axolotl:get_plugin",
+    "cw_cli.frameworks.verifiers:get_plugin",
+)
+ENTRY_POINT_GROUP = "cw_cli.frameworks"
+PLUGINS_DIR_ENV = "CW_PLUGINS_DIR"
+DISABLE_PLUGINS_ENV = "CW_DISABLE_PLUGINS"
+DEFAULT_PLUGINS_DIR = Path("~/.cw-cli/plugins")
+
+
+@dataclass
+class LoadedFramework:
+    """A framework ready to use, with where it came from."""
+
+    plugin: FrameworkPlugin
+    framework: BaseTrainingFramework
+    source: str
+    types: dict[str, TrainingType] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.plugin.name
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    """A plugin that could not be loaded, and why."""
+
+    source: str
+    error: str
+
+
+def plugins_dir() -> Path:
+    """The folder scanned for plugin packages (``$CW_PLUGINS_DIR`` or ``~/.cw-cli/plugins``)."""
+    return Path(os.environ.get(PLUGINS_DIR_ENV) or DEFAULT_PLUGINS_DIR).expanduser()
+
+
+def _import_target(target: str) -> Callable[[], FrameworkPlugin]:
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute or "get_plugin")
+
+
+def _import_folder_plugin(package_dir: Path) -> Callable[[], FrameworkPlugin]:
+    # A private module name so a plugin called e.g. "trl" cannot shadow the real package.
+    module_name = f"cw_user_plugins.{package_dir.name}"
+    spec = importlib.util.spec_from_file_location(
+        module_name, package_dir / "__init__.py", submodule_search_locations=[str(package_dir)]
+    )
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {package_dir}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    if not hasattr(module, "get_plugin"):
+        raise ImportError(f"{package_dir / '__init__.py'} defines no get_plugin()")
+    return module.get_plugin
+
+
+class FrameworkRegistry:
+    """Frameworks by name, plus the plugins that failed to load."""
+
+    def __init__(self) -> None:
+        self._frameworks: dict[str, LoadedFramework] = {}
+        self.failures: list[PluginFailure] = []
+
+    def register(self, plugin: FrameworkPlugin, source: str) -> LoadedFramework:
+        """Add a plugin's framework.
+
+        Args:
+            plugin: The plugin object.
+            source: Where it came from, for ``cw frameworks``.
+
+        Raises:
+            FrameworkError: The name is taken or the plugin is malformed.
+        """
+        name = plugin.name
+        if not name or not name.replace("-", "").replace("_", "").isalnum():
+            raise FrameworkError(f"plugin from {source} has an invalid name {name!r}")
+        if name in self._frameworks:
+            raise FrameworkError(f"framework {name!r} from {source} is already provided by {self._frameworks[name].source}")
+        framework_class = plugin.get_framework_class()
+        if not (isinstance(framework_class, type) and issubclass(framework_class, BaseTrainingFramework)):
+            raise FrameworkError(f"plugin {name!r} from {source}: get_framework_class() must return a BaseTrainingFramework subclass")
+        framework = framework_class()
+        types = {t.value: t for t in plugin.get_supported_training_types()}
+        for alias, target in framework_class.aliases.items():
+            if target.value in types:
+                types[alias] = target
+        if not types:
+            raise FrameworkError(f"plugin {name!r} from {source} supports no training type")
+        plugin.initialize({"cw_version": __version__})
+        loaded = LoadedFramework(plugin=plugin, framework=framework, source=source, types=types)
+        self._frameworks[name] = loaded
+        return loaded
+
+    def _try(self, source: str, load: Callable[[], Callable[[], FrameworkPlugin]]) -> None:
+        try:
+            plugin = load()()
+            if not isinstance(plugin, FrameworkPlugin):
+                raise TypeError(f"get_plugin() returned {type(plugin).__name__}, not a FrameworkPlugin")
+            self.register(plugin, source)
+        except FrameworkError as exc:
+            self.failures.append(PluginFailure(source, exc.message))
+        except Exception as exc:  # noqa: BLE001 - a plugin may fail in any way; never let it break cw
+            self.failures.append(PluginFailure(source, f"{type(exc).__name__}: {exc}"))
+
+    def load_all(self, *, include_plugins: bool = True) -> "FrameworkRegistry":
+        """Load the built-ins, then plugin folders, then entry points (unless disabled)."""
+        for target in BUILTIN_TARGETS:
+            self._try(f"built-in ({target.partition(':')[0]})", lambda t=target: _import_target(t))
+        if not include_plugins or os.environ.get(DISABLE_PLUGINS_ENV):
+            return self
+        folder = plugins_dir()
+        if folder.is_dir():
+            for package_dir in sorted(p for p in folder.iterdir() if (p / "__init__.py").is_file()):
+                self._try(str(package_dir), lambda d=package_dir: _import_folder_plugin(d))
+        from importlib.metadata import entry_points
+
+        for entry in entry_points(group=ENTRY_POINT_GROUP):
+            self._try(f"entry point {entry.name} ({entry.value})", entry.load)
+        return self
+
+    def names(self) -> list[str]:
+        """Names of the loaded frameworks."""
+        return list(self._frameworks)
+
+    def all(self) -> list[LoadedFramework]:
+        """Every loaded framework, in load order."""
+        return list(self._frameworks.values())
+
+    def get(self, name: str) -> LoadedFramework:
+        """Return a framework by name.
+
+        Raises:
+            FrameworkError: No such framework (with a suggestion).
+        """
+        if name in self._frameworks:
+            return self._frameworks[name]
+        from difflib import get_close_matches
+
+        close = get_close_matches(name, self._frameworks, n=1)
+        hint = f"did you mean `{close[0]}`?" if close else f"known frameworks: {', '.join(self._frameworks)}"
+        raise FrameworkError(f"unknown framework {name!r}", hint=hint)
+
+    def resolve_type(self, name: str, training_type: str) -> tuple[LoadedFramework, TrainingType]:
+        """Return the framework and the canonical training type for ``cw <name> <type>``.
+
+        Raises:
+            FrameworkError: Unknown framework or a type it does not support.
+        """
+        loaded = self.get(name)
+        if training_type not in loaded.types:
+            raise FrameworkError(
+                f"`{name}` has no training type {training_type!r}",
+                hint=f"supported: {', '.join(loaded.types)}",
+            )
+        return loaded, loaded.types[training_type]
+
+    def cleanup(self) -> None:
+        """Call every plugin's cleanup, ignoring their errors."""
+        for loaded in self._frameworks.values():
+            try:
+                loaded.plugin.cleanup()
+            except Exception:  # noqa: BLE001 - cleanup must not mask the command's result
+                pass

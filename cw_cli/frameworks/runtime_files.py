@@ -1,0 +1,43 @@
+"""cw's own pod-side files (reward server, reward client), read from the package for the ConfigMap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
+
+#: ConfigMap key -> file in cw_cli/runtime/. Keys are import names in the pod (PYTHONPATH=/etc/cw).
+REWARD_SERVER_FILE = "cw_reward_server.py"
+REWARD_CLIENT_FILE = "cw_reward.py"
+_SOURCES = {REWARD_SERVER_FILE: "reward_server.py", REWARD_CLIENT_FILE: "cw_reward.py"}
+
+REWARD_FUNCTION = "cw_reward.remote_reward"
+REWARD_URL_ENV = "CW_REWARD_URL"
+REWARD_PORT = 8001
+
+
+def runtime_file(config_key: str) -> str:
+    """Return the text of one of cw's pod-side files, by its ConfigMap key."""
+    return (RUNTIME_DIR / _SOURCES[config_key]).read_text(encoding="utf-8")
+
+
+def user_file(base_dir: Path, relative: str, field_name: str) -> tuple[str, str]:
+    """Read a user's Python file named in the config, for the ConfigMap.
+
+    Args:
+        base_dir: Folder of the config file; relative paths start there.
+        relative: The path as written in the config.
+        field_name: The config field naming it, for the error message.
+
+    Returns:
+        (ConfigMap key, file text).
+
+    Raises:
+        ValueError: The file is missing or not a ``.py`` file.
+    """
+    path = (base_dir / relative).expanduser()
+    if path.suffix != ".py":
+        raise ValueError(f"`{field_name}`: {relative!r} is not a .py file")
+    if not path.is_file():
+        raise ValueError(f"`{field_name}`: {path} does not exist (paths are relative to the config file)")
+    return path.name, path.read_text(encoding="utf-8")

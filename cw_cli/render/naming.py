@@ -1,0 +1,51 @@
+"""Run and object names: DNS-1123 labels, unique per run, never longer than Kubernetes allows."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import string
+
+from cw_cli.errors import ConfigError
+
+MAX_RUN_NAME = 40  # leaves room for "-<role>" and the "-<index>-<5 chars>" Kubernetes adds to pod names
+SUFFIX_LENGTH = 5
+ROLES = ("config", "trainer", "nodes", "server", "reward")
+_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def sanitize(text: str) -> str:
+    """Turn any text into lower-case letters, digits and single dashes, starting with a letter."""
+    cleaned = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    cleaned = re.sub(r"^[^a-z]+", "", cleaned)
+    return cleaned or "run"
+
+
+def generate_run_name(framework: str, training_type: str, stem: str = "") -> str:
+    """A fresh run name: ``<framework>-<type>[-<config stem>]-<5 random chars>``."""
+    suffix = "".join(secrets.choice(_ALPHABET) for _ in range(SUFFIX_LENGTH))
+    base = sanitize("-".join(part for part in (framework, training_type, stem) if part))
+    base = base[: MAX_RUN_NAME - SUFFIX_LENGTH - 1].rstrip("-")
+    return f"{base}-{suffix}"
+
+
+def validate_run_name(name: str) -> str:
+    """Check a user-chosen run name (``--name``).
+
+    Raises:
+        ConfigError: Not a DNS-1123 label starting with a letter, or too long; the hint offers a
+            valid spelling.
+    """
+    if len(name) <= MAX_RUN_NAME and _LABEL.match(name):
+        return name
+    suggestion = sanitize(name)[:MAX_RUN_NAME].rstrip("-")
+    raise ConfigError(
+        [f"--name {name!r}: a run name must be at most {MAX_RUN_NAME} lower-case letters, digits or '-', starting with a letter"],
+        hint=f"try --name {suggestion}",
+    )
+
+
+def object_names(run_name: str) -> dict[str, str]:
+    """Name of each object of a run, by role."""
+    return {role: f"{run_name}-{role}" for role in ROLES}

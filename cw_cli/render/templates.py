@@ -1,0 +1,104 @@
+"""Jinja rendering where no value can change a manifest's structure.
+
+Every ``{{ expression }}`` is written out as JSON (which is YAML), so a value is always one
+scalar, list or mapping in flow style: newlines, quotes, ``{{`` or whole YAML documents inside a
+user's string stay inside that string. The result is parsed and checked anyway.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from cw_cli.errors import CwError
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def builtin_template_dir() -> Path:
+    """The shipped templates: inside the wheel, or at the repo root for an editable install."""
+    packaged = PACKAGE_DIR / "kubeconfigs"
+    return packaged if packaged.is_dir() else PACKAGE_DIR.parent / "kubeconfigs"
+
+
+class TemplateError(CwError):
+    """A template is missing, broken, or rendered something that is not the expected object."""
+
+
+def _to_json(value: Any) -> str:
+    if isinstance(value, jinja2.Undefined):
+        value._fail_with_undefined_error()  # StrictUndefined raises here
+    return json.dumps(value, ensure_ascii=False, sort_keys=False)
+
+
+def _with_component(labels: dict[str, str], component: str) -> dict[str, str]:
+    return {**labels, "app.kubernetes.io/component": component}
+
+
+def _selector(labels: dict[str, str]) -> dict[str, str]:
+    keys = ("app.kubernetes.io/instance", "app.kubernetes.io/component", "app.kubernetes.io/managed-by")
+    return {key: labels[key] for key in keys if key in labels}
+
+
+@lru_cache(maxsize=8)
+def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(list(search_path)),
+        undefined=jinja2.StrictUndefined,
+        finalize=_to_json,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - not HTML; values are JSON-encoded by finalize
+    )
+    env.filters["with_component"] = _with_component
+    env.filters["selector"] = _selector
+    return env
+
+
+def render_manifest(
+    template: str, context: dict[str, Any], search_dirs: list[Path], expect_kind: str, expect_name: str
+) -> dict[str, Any]:
+    """Render one template into one manifest and check that it is the object it should be.
+
+    Args:
+        template: Template path relative to a search folder, e.g. ``common/job.yaml.j2``.
+        context: Template variables.
+        search_dirs: Folders searched in order (a plugin's own first, the built-ins last).
+        expect_kind: The kind the result must have.
+        expect_name: The metadata.name the result must have.
+
+    Returns:
+        The manifest as a dict.
+
+    Raises:
+        TemplateError: Missing template, undefined variable, invalid YAML, or a result that is
+            not exactly one object of the expected kind and name.
+    """
+    paths = tuple(str(path) for path in [*search_dirs, builtin_template_dir()])
+    try:
+        text = _environment(paths).get_template(template).render(**context)
+    except jinja2.TemplateNotFound:
+        raise TemplateError(f"template {template!r} not found in {', '.join(paths)}") from None
+    except jinja2.UndefinedError as exc:
+        raise TemplateError(f"template {template!r}: {exc.message}") from None
+    except jinja2.TemplateError as exc:
+        raise TemplateError(f"template {template!r}: {exc}") from None
+    try:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as exc:
+        raise TemplateError(f"template {template!r} rendered invalid YAML", detail=f"{exc}\n---\n{text}") from None
+    if len(documents) != 1 or not isinstance(documents[0], dict):
+        raise TemplateError(f"template {template!r} must render exactly one object, got {len(documents)}")
+    manifest = documents[0]
+    name = (manifest.get("metadata") or {}).get("name")
+    if manifest.get("kind") != expect_kind or name != expect_name:
+        raise TemplateError(
+            f"template {template!r} rendered {manifest.get('kind')} {name!r}, expected {expect_kind} {expect_name!r}"
+        )
+    return manifest
