@@ -1,0 +1,23 @@
+"""Exceptions of the local test cluster."""
+
+from __future__ import annotations
+
+
+class LocalClusterError(RuntimeError):
+    """Any failure of the local cluster (build, start, stop); the message is meant for users."""
+
+
+class BuildError(LocalClusterError):
+    """Building one of the binaries failed; `log_path` holds the full go output."""
+
+    def __init__(self, message: str, log_path: str | None = None):
+        super().__init__(message)
+        self.log_path = log_path
+
+
+class StartError(LocalClusterError):
+    """The cluster did not come up; `log_path` points at the log of the failing component."""
+
+    def __init__(self, message: str, log_path: str | None = None):
+        super().__init__(message)
+        self.log_path = log_path

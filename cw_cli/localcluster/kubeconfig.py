@@ -1,0 +1,104 @@
+"""Kubeconfig files: per-component files and the user's merged kubeconfig."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+
+import yaml
+
+from .errors import LocalClusterError
+
+CONTEXT = "cw-local"
+
+
+def default_user_kubeconfig() -> Path:
+    """First path of $KUBECONFIG, else ~/.kube/config."""
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        first = [p for p in env.split(os.pathsep) if p]
+        if first:
+            return Path(first[0]).expanduser()
+    return Path.home() / ".kube" / "config"
+
+
+def component_kubeconfig(server: str, ca: Path, cert: Path, key: Path, user: str) -> dict:
+    """A kubeconfig dict that references cert files by path (for the cluster's own processes)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": CONTEXT, "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": user}}],
+        "current-context": CONTEXT,
+    }
+
+
+def write_yaml(path: Path, data: dict, private: bool = True) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+    if private:
+        tmp.chmod(0o600)
+    tmp.replace(path)
+
+
+def _b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def _upsert(items: list, name: str, key: str, value: dict) -> list:
+    items = [i for i in (items or []) if isinstance(i, dict) and i.get("name") != name]
+    items.append({"name": name, key: value})
+    return items
+
+
+def merge_user_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path,
+                          set_current: bool = True) -> None:
+    """Add/replace cluster, user and context `cw-local` (certs embedded) and make it current."""
+    data: dict = {}
+    if path.exists():
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise LocalClusterError(f"cannot parse kubeconfig {path}: {e}") from None
+        if not isinstance(data, dict):
+            raise LocalClusterError(f"kubeconfig {path} is not a mapping")
+    data.setdefault("apiVersion", "v1")
+    data.setdefault("kind", "Config")
+    data.setdefault("preferences", {})
+    data["clusters"] = _upsert(data.get("clusters"), CONTEXT, "cluster", {
+        "server": server, "certificate-authority-data": _b64(ca)})
+    data["users"] = _upsert(data.get("users"), CONTEXT, "user", {
+        "client-certificate-data": _b64(cert), "client-key-data": _b64(key)})
+    data["contexts"] = _upsert(data.get("contexts"), CONTEXT, "context", {
+        "cluster": CONTEXT, "user": CONTEXT, "namespace": "default"})
+    if set_current or not data.get("current-context"):
+        data["current-context"] = CONTEXT
+    write_yaml(path, data)
+
+
+def remove_from_user_kubeconfig(path: Path) -> bool:
+    """Remove the cw-local entries (leaves everything else); True if something was removed."""
+    if not path.exists():
+        return False
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError:
+        return False
+    if not isinstance(data, dict):
+        return False
+    changed = False
+    for section in ("clusters", "users", "contexts"):
+        items = data.get(section) or []
+        kept = [i for i in items if not (isinstance(i, dict) and i.get("name") == CONTEXT)]
+        if len(kept) != len(items):
+            data[section] = kept
+            changed = True
+    if data.get("current-context") == CONTEXT:
+        data["current-context"] = ""
+        changed = True
+    if changed:
+        write_yaml(path, data)
+    return changed

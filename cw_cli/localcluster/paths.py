@@ -1,0 +1,78 @@
+"""Locations and pinned versions for the local test cluster."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LocalClusterError
+
+_PKG_DIR = Path(__file__).resolve().parent.parent  # .../cw_cli
+
+
+def _resource_dir(name: str) -> Path:
+    """Find a top-level resource folder shipped in the wheel (cw_cli/<name>) or in a checkout."""
+    for cand in (_PKG_DIR / name, _PKG_DIR.parent / name):
+        if cand.is_dir():
+            return cand
+    raise LocalClusterError(
+        f"cannot find the '{name}' folder (looked in {_PKG_DIR / name} and {_PKG_DIR.parent / name})"
+    )
+
+
+def cluster_resources_dir() -> Path:
+    """The folder with KWOK stages and fake node manifests (kubeconfigs/cluster)."""
+    return _resource_dir("kubeconfigs") / "cluster"
+
+
+def tools_dir() -> Path:
+    """The folder with the Go builder modules and versions.env (CW_TOOLS_DIR overrides)."""
+    env = os.environ.get("CW_TOOLS_DIR")
+    if env:
+        p = Path(env).expanduser()
+        if not (p / "versions.env").is_file():
+            raise LocalClusterError(f"CW_TOOLS_DIR={env} has no versions.env")
+        return p
+    return _resource_dir("tools")
+
+
+def cache_dir() -> Path:
+    """Root of cw's cache (binaries under bin/); env CW_CACHE_DIR, default ~/.cache/cw."""
+    env = os.environ.get("CW_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "cw"
+
+
+def default_cluster_dir() -> Path:
+    """State folder of the local cluster; env CW_CLUSTER_DIR, default ~/.cache/cw/cluster."""
+    env = os.environ.get("CW_CLUSTER_DIR")
+    if env:
+        return Path(env).expanduser()
+    return cache_dir() / "cluster"
+
+
+@dataclass(frozen=True)
+class Versions:
+    kubernetes: str
+    etcd: str
+    kwok: str
+
+
+def load_versions() -> Versions:
+    """Read the pinned versions from tools/versions.env."""
+    path = tools_dir() / "versions.env"
+    values: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        k, v = line.split("=", 1)
+        values[k.strip()] = v.strip().strip('"')
+    try:
+        return Versions(values["KUBERNETES_VERSION"], values["ETCD_VERSION"], values["KWOK_VERSION"])
+    except KeyError as e:
+        raise LocalClusterError(f"{path}: missing {e.args[0]}") from None
