@@ -25,7 +25,11 @@ def sanitize(text: str) -> str:
 def generate_run_name(framework: str, training_type: str, stem: str = "") -> str:
     """A fresh run name: ``<framework>-<type>[-<config stem>]-<5 random chars>``."""
     suffix = "".join(secrets.choice(_ALPHABET) for _ in range(SUFFIX_LENGTH))
-    base = sanitize("-".join(part for part in (framework, training_type, stem) if part))
+    words: list[str] = []
+    for word in sanitize("-".join(part for part in (framework, training_type, stem) if part)).split("-"):
+        if word not in words:  # "trl sft trl-sft.yaml" -> "trl-sft", not "trl-sft-trl-sft"
+            words.append(word)
+    base = "-".join(words)
     base = base[: MAX_RUN_NAME - SUFFIX_LENGTH - 1].rstrip("-")
     return f"{base}-{suffix}"
 

@@ -1,0 +1,211 @@
+"""The `cw` command line: framework commands from the registry, plus run and cluster commands."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Optional
+
+import typer
+
+from cw_cli import __version__
+from cw_cli.cli.errors import handle_errors
+from cw_cli.cli.output import err, out
+from cw_cli.cli.run import make_run_command
+from cw_cli.frameworks.registry import FrameworkRegistry
+
+app = typer.Typer(
+    name="cw",
+    help="Launch LLM post-training runs (SFT, DPO, GRPO) on a Kubernetes GPU cluster.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+NamespaceOption = Annotated[Optional[str], typer.Option("--namespace", "-n", help="Namespace (default: the context's).")]
+ContextOption = Annotated[Optional[str], typer.Option("--context", help="kubeconfig context.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        out().print(f"cw {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show details and tracebacks of errors.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Launch LLM post-training runs (SFT, DPO, GRPO) on a Kubernetes GPU cluster."""
+    if debug:
+        os.environ["CW_DEBUG"] = "1"
+
+
+def _kube(context: str | None, namespace: str | None):  # type: ignore[no-untyped-def]
+    from cw_cli.k8s.connection import ClusterTarget, connect
+
+    return connect(ClusterTarget(context=context, namespace=namespace))
+
+
+def _age(created: "object") -> str:
+    from datetime import datetime, timezone
+
+    if not isinstance(created, datetime):
+        return "?"
+    seconds = int((datetime.now(timezone.utc) - created).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+@app.command("list")
+@handle_errors
+def list_command(namespace: NamespaceOption = None, context: ContextOption = None) -> None:
+    """List the runs in the namespace, with state, GPUs and age."""
+    from rich.table import Table
+
+    from cw_cli.k8s.inspect import list_runs
+
+    kube = _kube(context, namespace)
+    runs = list_runs(kube)
+    if not runs:
+        err().print(f"no runs in namespace {kube.namespace}")
+        return
+    table = Table("RUN", "FRAMEWORK", "TYPE", "STATE", "GPUS", "AGE", box=None)
+    for run in runs:
+        table.add_row(run.name, run.framework, run.training_type, run.state, str(run.gpus), _age(run.created))
+    out().print(table)
+
+
+@app.command("status")
+@handle_errors
+def status_command(run: str, namespace: NamespaceOption = None, context: ContextOption = None) -> None:
+    """Show a run's Job, pods and services; say why a pod is Pending."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from cw_cli.k8s.inspect import run_status
+
+    view = run_status(_kube(context, namespace), run)
+    console = out()
+    console.print(f"run [bold]{view.name}[/]  {view.framework} {view.training_type}  state: [bold]{view.state}[/]  GPUs: {view.gpus}")
+    console.print("objects: " + ", ".join(view.objects))
+    if view.pods:
+        table = Table("POD", "ROLE", "RANK", "PHASE", "READY", "NODE", box=None)
+        for pod in view.pods:
+            table.add_row(pod.name, pod.role, pod.rank or "", pod.phase, "yes" if pod.ready else "no", pod.node or "")
+        console.print(table)
+    for name, ready in view.services:
+        console.print(f"service {name}: {ready}")
+    for problem in view.problems:
+        console.print(f"[yellow]{escape(problem)}[/]")
+
+
+@app.command("logs")
+@handle_errors
+def logs_command(
+    run: str,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream new lines until the pod ends.")] = False,
+    role: Annotated[str, typer.Option("--role", help="trainer, server or reward.")] = "trainer",
+    rank: Annotated[Optional[int], typer.Option("--rank", help="Node rank of a multi-node trainer.")] = None,
+    tail: Annotated[Optional[int], typer.Option("--tail", help="Only the last N lines.")] = None,
+    namespace: NamespaceOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Print (or follow) the log of one pod of a run, through the API server."""
+    from rich.markup import escape
+
+    from cw_cli.k8s.operations import stream_logs
+
+    if role not in ("trainer", "server", "reward"):
+        from cw_cli.errors import ConfigError
+
+        raise ConfigError([f"--role {role!r}: expected trainer, server or reward"])
+    kube = _kube(context, namespace)
+    stdout = out().file
+    for line in stream_logs(kube, run, role, rank, follow, tail, notice=lambda m: err().print(escape(m))):
+        stdout.write(line + "\n")
+        stdout.flush()
+
+
+@app.command("delete")
+@handle_errors
+def delete_command(run: str, namespace: NamespaceOption = None, context: ContextOption = None) -> None:
+    """Delete every object of a run (and nothing else)."""
+    from cw_cli.k8s.operations import delete_run
+
+    deleted = delete_run(_kube(context, namespace), run)
+    err().print(f"deleted {', '.join(deleted)}")
+
+
+@app.command("frameworks")
+@handle_errors
+def frameworks_command() -> None:
+    """List the frameworks (built-in and plugins) and the plugins that failed to load."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    registry = _registry()
+    table = Table("FRAMEWORK", "TYPES", "VERSION", "SOURCE", "DESCRIPTION", box=None)
+    for loaded in registry.all():
+        table.add_row(loaded.name, ", ".join(loaded.types), loaded.plugin.version, loaded.source, loaded.plugin.description)
+    out().print(table)
+    for failure in registry.failures:
+        err().print(f"[red]failed to load[/] {escape(failure.source)}: {escape(failure.error)}")
+
+
+@app.command("schema")
+def schema_command() -> None:
+    """Print the JSON Schema of cw's config fields (for editors)."""
+    import json
+
+    from cw_cli.config.models import ClusterSpec
+
+    schema = ClusterSpec.model_json_schema()
+    schema["title"] = "cw run config"
+    schema["description"] = "cw's cluster fields; any other top-level key is the framework's own config."
+    schema["additionalProperties"] = True
+    out().file.write(json.dumps(schema, indent=2) + "\n")
+
+
+_REGISTRY: FrameworkRegistry | None = None
+
+
+def _registry() -> FrameworkRegistry:
+    global _REGISTRY
+    if _REGISTRY is None:
+        _REGISTRY = FrameworkRegistry().load_all()
+    return _REGISTRY
+
+
+def _add_framework_commands(registry: FrameworkRegistry) -> None:
+    for loaded in registry.all():
+        sub = typer.Typer(help=loaded.plugin.description, no_args_is_help=True)
+        for type_name, training_type in loaded.types.items():
+            alias = f" (same as {training_type.value})" if type_name != training_type.value else ""
+            sub.command(type_name, help=f"{loaded.name} {type_name}{alias}: launch a run.")(
+                make_run_command(registry, loaded.name, type_name)
+            )
+        app.add_typer(sub, name=loaded.name)
+
+
+def _add_cluster_commands() -> None:
+    try:
+        from cw_cli.cli.cluster import cluster_app
+    except ImportError:
+        return
+    app.add_typer(cluster_app, name="cluster", help="A local test cluster (real control plane, fake GPU nodes).")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    registry = _registry()
+    _add_framework_commands(registry)
+    _add_cluster_commands()
+    try:
+        app()
+    finally:
+        registry.cleanup()

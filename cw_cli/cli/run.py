@@ -1,0 +1,106 @@
+"""`cw <framework> <type> CONFIG [options]`: one command per framework and training type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+
+from cw_cli.cli.errors import handle_errors
+from cw_cli.cli.output import err, out
+from cw_cli.frameworks.registry import FrameworkRegistry
+
+
+def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name: str) -> Callable[..., None]:
+    """Build the command function for ``cw <framework_name> <type_name>``."""
+
+    @handle_errors
+    def command(
+        config: Annotated[Path, typer.Argument(help="The run's YAML config (cluster fields + the framework's own).")],
+        gpu: Annotated[Optional[int], typer.Option("--gpu", help="GPUs per trainer node.")] = None,
+        cpu: Annotated[Optional[str], typer.Option("--cpu", help="CPU per trainer pod, e.g. 32.")] = None,
+        memory: Annotated[Optional[str], typer.Option("--memory", help="Memory per trainer pod, e.g. 256Gi.")] = None,
+        image: Annotated[Optional[str], typer.Option("--image", help="Trainer image.")] = None,
+        nodes: Annotated[Optional[int], typer.Option("--nodes", help="Trainer nodes (one pod each).")] = None,
+        name: Annotated[Optional[str], typer.Option("--name", help="Run name (default: generated, unique).")] = None,
+        pull: Annotated[bool, typer.Option("--pull", help="Always pull the image.")] = False,
+        set_: Annotated[
+            Optional[list[str]], typer.Option("--set", help="key=value for the framework config (YAML-typed); repeatable.")
+        ] = None,
+        namespace: Annotated[Optional[str], typer.Option("--namespace", "-n", help="Namespace (default: the context's).")] = None,
+        context: Annotated[Optional[str], typer.Option("--context", help="kubeconfig context.")] = None,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the manifests; touch nothing.")] = False,
+        server_dry_run: Annotated[
+            bool, typer.Option("--server-dry-run", help="Have the API server validate everything; persist nothing.")
+        ] = False,
+        services: Annotated[bool, typer.Option("--services", help="Deploy only the services of a multi-service type.")] = False,
+        wait: Annotated[bool, typer.Option("--wait", help="Block until the run ends; exit 0 on success, 1 on failure.")] = False,
+        timeout: Annotated[
+            Optional[float], typer.Option("--timeout", help="Seconds to wait for services (and with --wait, the run).")
+        ] = None,
+        local: Annotated[
+            bool, typer.Option("--local", help="Run the trainer's command here as a local process (debugging).")
+        ] = False,
+    ) -> None:
+        from cw_cli.config.loader import FlagOverrides, load_run_config
+        from cw_cli.render.naming import generate_run_name, validate_run_name
+        from cw_cli.render.plan import RunRequest, build_plan
+
+        loaded, training_type = registry.resolve_type(framework_name, type_name)
+        flags = FlagOverrides(gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull or None)
+        run_config = load_run_config(config, loaded.framework, training_type, set_ or [], flags)
+        run_name = validate_run_name(name) if name else generate_run_name(framework_name, training_type.value, config.stem)
+        plan = build_plan(
+            RunRequest(loaded, training_type, run_config, run_name, namespace=namespace, services_only=services)
+        )
+        if dry_run:
+            out().file.write(plan.to_yaml())
+            return
+        if local:
+            from cw_cli.cli.local import run_locally
+
+            raise typer.Exit(run_locally(plan))
+        _apply(plan, context, namespace, server_dry_run, wait, timeout, services)
+
+    command.__doc__ = f"Run `{framework_name} {type_name}` on the cluster."
+    return command
+
+
+def _apply(
+    plan: "object",
+    context: str | None,
+    namespace: str | None,
+    server_dry_run: bool,
+    wait: bool,
+    timeout: float | None,
+    services_only: bool,
+) -> None:
+    from rich.markup import escape
+
+    from cw_cli.k8s.connection import ClusterTarget, connect
+    from cw_cli.k8s.launch import launch, wait_for_deployments
+    from cw_cli.k8s.operations import wait_for_run
+    from cw_cli.render.plan import Plan
+
+    assert isinstance(plan, Plan)
+    kube = connect(ClusterTarget(context=context, namespace=namespace))
+    console = err()
+
+    def progress(line: str) -> None:
+        console.print(f"  {escape(line)}")
+
+    console.print(f"run [bold]{plan.run_name}[/] in namespace {kube.namespace} ({kube.host})")
+    result = launch(kube, plan, server_dry_run=server_dry_run, services_timeout_s=timeout or 1800, progress=progress)
+    if result.dry_run:
+        console.print(f"[green]the API server accepted all {len(result.created)} objects; nothing was created[/]")
+        return
+    if plan.trainer_job and not result.released:
+        console.print("the Job waits for Kueue to admit it")
+    console.print(f"next: cw status {plan.run_name}   cw logs {plan.run_name} -f   cw delete {plan.run_name}")
+    if wait and services_only:
+        wait_for_deployments(kube, plan.run_name, plan.service_deployments, timeout or 1800, progress)
+        console.print("[green]services are Ready[/]")
+    elif wait and plan.trainer_job:
+        wait_for_run(kube, plan.trainer_job, timeout, progress)
+        console.print(f"[green]run {plan.run_name} succeeded[/]")

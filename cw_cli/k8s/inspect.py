@@ -1,0 +1,231 @@
+"""Reading a run back from the cluster: its objects, its state, and why a pod is stuck."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from cw_cli.config.quantity import parse_quantity
+from cw_cli.errors import NotFound
+from cw_cli.k8s.connection import Kube
+from cw_cli.render.plan import MANAGED_BY, RUN_LABEL
+
+GPU = "nvidia.com/gpu"
+RUN_KINDS = ("Job", "Deployment", "Service", "ConfigMap")
+
+
+def run_selector(run_name: str | None = None) -> str:
+    """Label selector for cw's objects, optionally of one run only."""
+    selector = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+    return f"{selector},{RUN_LABEL}={run_name}" if run_name else selector
+
+
+@dataclass
+class PodView:
+    """One pod of a run, as shown by ``cw status``."""
+
+    name: str
+    role: str
+    phase: str
+    node: str | None
+    rank: str | None
+    ready: bool
+    reason: str | None = None
+
+
+@dataclass
+class RunView:
+    """A run as the cluster holds it."""
+
+    name: str
+    framework: str = ""
+    training_type: str = ""
+    state: str = "Unknown"
+    gpus: int = 0
+    created: datetime | None = None
+    objects: list[str] = field(default_factory=list)
+    pods: list[PodView] = field(default_factory=list)
+    services: list[tuple[str, str]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _created(obj: dict[str, Any]) -> datetime | None:
+    stamp = obj.get("metadata", {}).get("creationTimestamp")
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
+
+
+def _pod_gpus(pod_spec: dict[str, Any]) -> int:
+    return sum(
+        int(c.get("resources", {}).get("limits", {}).get(GPU, 0) or 0) for c in pod_spec.get("containers", [])
+    )
+
+
+def job_state(job: dict[str, Any]) -> str:
+    """Plain state of a trainer Job: Succeeded, Failed, Waiting for services, Pending, Running."""
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition["type"] in ("Complete", "SuccessCriteriaMet"):
+            return "Succeeded"
+        if condition["type"] in ("Failed", "FailureTarget"):
+            return "Failed"
+    if job.get("spec", {}).get("suspend"):
+        return "Waiting for services"
+    if status.get("active"):
+        return "Running" if status.get("ready", 0) else "Pending"
+    return "Pending"
+
+
+def list_runs(kube: Kube) -> list[RunView]:
+    """Every cw run in the namespace, newest first."""
+    runs: dict[str, RunView] = {}
+    for kind in RUN_KINDS:
+        for obj in kube.list(kind, run_selector()):
+            labels = obj["metadata"].get("labels") or {}
+            name = labels.get(RUN_LABEL)
+            if not name:
+                continue
+            view = runs.setdefault(name, RunView(name=name))
+            view.framework = labels.get("app.kubernetes.io/name", view.framework)
+            view.training_type = labels.get("cw-cli.dev/training-type", view.training_type)
+            view.objects.append(f"{kind}/{obj['metadata']['name']}")
+            created = _created(obj)
+            if created and (view.created is None or created < view.created):
+                view.created = created
+            if kind == "Job":
+                view.state = job_state(obj)
+                spec = obj["spec"]
+                view.gpus += _pod_gpus(spec["template"]["spec"]) * int(spec.get("parallelism", 1))
+            elif kind == "Deployment":
+                view.gpus += _pod_gpus(obj["spec"]["template"]["spec"]) * int(obj["spec"].get("replicas", 1))
+    for view in runs.values():
+        if not any(o.startswith("Job/") for o in view.objects):
+            view.state = "Services only"
+    return sorted(runs.values(), key=lambda v: v.created or datetime.min.replace(tzinfo=timezone.utc), reverse=True)
+
+
+def _node_capacity(kube: Kube) -> dict[str, list[tuple[str, float]]]:
+    capacity: dict[str, list[tuple[str, float]]] = {}
+    for node in kube.list("Node"):
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        for resource, amount in allocatable.items():
+            try:
+                capacity.setdefault(resource, []).append((node["metadata"]["name"], parse_quantity(amount)))
+            except ValueError:
+                continue
+    return capacity
+
+
+def _format_amount(resource: str, value: float) -> str:
+    if resource == "memory":
+        return f"{value / 2**30:g}Gi"
+    return f"{value:g}"
+
+
+def explain_pending(pod: dict[str, Any], kube: Kube, capacity: dict[str, list[tuple[str, float]]] | None = None) -> str:
+    """Say in plain words why a pod is not running yet.
+
+    Compares the pod's requests with the largest node first ("needs 16 nvidia.com/gpu, the
+    largest node has 8"), then falls back to the scheduler's own event message.
+    """
+    capacity = capacity if capacity is not None else _node_capacity(kube)
+    spec = pod.get("spec") or {}
+    for container in spec.get("containers", []):
+        for resource, amount in (container.get("resources", {}).get("requests") or {}).items():
+            try:
+                wanted = parse_quantity(amount)
+            except ValueError:
+                continue
+            nodes = capacity.get(resource, [])
+            largest = max((value for _, value in nodes), default=0.0)
+            if wanted > largest:
+                if not nodes:
+                    return f"needs {amount} {resource}, and no node has any"
+                return f"needs {amount} {resource}, the largest node has {_format_amount(resource, largest)}"
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            events = kube.list(
+                "Event", field_selector=f"involvedObject.name={pod['metadata']['name']},reason=FailedScheduling"
+            )
+            message = (events[-1].get("message") if events else None) or condition.get("message") or ""
+            return f"cannot be scheduled: {message}".strip() if message else "waiting for the scheduler"
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (status.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+            return f"container {status['name']}: {waiting.get('reason')} {waiting.get('message', '')}".strip()
+    return "starting"
+
+
+def explain_pods(kube: Kube, selector: str) -> list[str]:
+    """One explanation per pod that is not running, for error hints."""
+    pods = kube.list("Pod", selector)
+    capacity = _node_capacity(kube) if pods else {}
+    return [
+        f"{pod['metadata']['name']}: {explain_pending(pod, kube, capacity)}"
+        for pod in pods
+        if (pod.get("status") or {}).get("phase") == "Pending"
+    ]
+
+
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def run_status(kube: Kube, run_name: str) -> RunView:
+    """The run's Job, pods and services, with a reason for each pod that is stuck.
+
+    Raises:
+        NotFound: No object of that run in the namespace.
+    """
+    runs = [run for run in list_runs(kube) if run.name == run_name]
+    if not runs:
+        raise NotFound(
+            f"no run {run_name!r} in namespace {kube.namespace!r}", hint="`cw list` shows the runs; -n picks a namespace"
+        )
+    view = runs[0]
+    pods = kube.list("Pod", run_selector(run_name))
+    capacity = _node_capacity(kube) if pods else {}
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        labels = pod["metadata"].get("labels") or {}
+        annotations = pod["metadata"].get("annotations") or {}
+        phase = (pod.get("status") or {}).get("phase", "Unknown")
+        pod_view = PodView(
+            name=pod["metadata"]["name"],
+            role=labels.get("app.kubernetes.io/component", "?"),
+            phase=phase,
+            node=(pod.get("spec") or {}).get("nodeName"),
+            rank=annotations.get("batch.kubernetes.io/job-completion-index"),
+            ready=_pod_ready(pod),
+        )
+        if phase == "Pending":
+            pod_view.reason = explain_pending(pod, kube, capacity)
+            view.problems.append(f"{pod_view.name} is Pending: {pod_view.reason}")
+        view.pods.append(pod_view)
+    for deployment in kube.list("Deployment", run_selector(run_name)):
+        status = deployment.get("status") or {}
+        ready = f"{status.get('readyReplicas', 0)}/{deployment['spec'].get('replicas', 1)} ready"
+        view.services.append((deployment["metadata"]["name"], ready))
+    return view
+
+
+def find_pod(kube: Kube, run_name: str, role: str, rank: int | None) -> dict[str, Any]:
+    """The newest pod of a run with a role (and completion index, for multi-node trainers).
+
+    Raises:
+        NotFound: No such pod (yet).
+    """
+    selector = f"{run_selector(run_name)},app.kubernetes.io/component={role}"
+    pods = kube.list("Pod", selector)
+    if rank is not None:
+        pods = [
+            p for p in pods
+            if (p["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index") == str(rank)
+        ]
+    if not pods:
+        which = f"{role} rank {rank}" if rank is not None else role
+        raise NotFound(f"run {run_name!r} has no {which} pod yet", hint=f"`cw status {run_name}` says why")
+    return max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""))

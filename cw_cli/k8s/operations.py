@@ -1,0 +1,125 @@
+"""Acting on an existing run: wait for it, read its logs, delete it."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterator
+
+from cw_cli.errors import NotFound, RunFailed, WaitTimeout
+from cw_cli.k8s.connection import Kube
+from cw_cli.k8s.inspect import RUN_KINDS, explain_pending, find_pod, job_state, run_selector
+
+Progress = Callable[[str], None]
+
+
+def delete_run(kube: Kube, run_name: str) -> list[str]:
+    """Delete every object of a run, and nothing else (cw's labels select them).
+
+    Returns:
+        ``Kind/name`` of each object deleted; pods go with their Job and Deployments.
+
+    Raises:
+        NotFound: The run has no object in the namespace.
+    """
+    deleted: list[str] = []
+    for kind in RUN_KINDS:
+        for obj in kube.list(kind, run_selector(run_name)):
+            if kube.delete(kind, obj["metadata"]["name"]):
+                deleted.append(f"{kind}/{obj['metadata']['name']}")
+    if not deleted:
+        raise NotFound(f"no run {run_name!r} in namespace {kube.namespace!r}", hint="`cw list` shows the runs")
+    return deleted
+
+
+def wait_for_run(
+    kube: Kube, job_name: str, timeout_s: float | None = None, progress: Progress = lambda _: None, poll_s: float = 2.0
+) -> str:
+    """Block until the trainer Job succeeds or fails.
+
+    Returns:
+        ``"Succeeded"``.
+
+    Raises:
+        RunFailed: The Job failed (the message carries the Job's reason).
+        NotFound: The Job disappeared.
+        WaitTimeout: Still running after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    last = ""
+    while True:
+        job = kube.get("Job", job_name)
+        if job is None:
+            raise NotFound(f"Job {job_name} disappeared while waiting")
+        state = job_state(job)
+        if state != last:
+            progress(f"{job_name}: {state}")
+            last = state
+        if state == "Succeeded":
+            return state
+        if state == "Failed":
+            reason = next(
+                (c.get("message") or c.get("reason") for c in job["status"].get("conditions", []) if c["type"] == "Failed"),
+                "",
+            )
+            raise RunFailed(f"run failed: {reason}".strip(), hint=f"see the logs: cw logs {job_name.removesuffix('-trainer')}")
+        if deadline and time.monotonic() > deadline:
+            raise WaitTimeout(f"{job_name} still {state} after {int(timeout_s or 0)} s")
+        time.sleep(poll_s)
+
+
+def _split_timestamp(line: str) -> tuple[str, str]:
+    stamp, _, text = line.partition(" ")
+    return stamp, text
+
+
+def stream_logs(
+    kube: Kube,
+    run_name: str,
+    role: str = "trainer",
+    rank: int | None = None,
+    follow: bool = False,
+    tail: int | None = None,
+    notice: Progress = lambda _: None,
+    poll_s: float = 2.0,
+) -> Iterator[str]:
+    """Yield a pod's log lines through the API server.
+
+    With ``follow``, waits for a Pending pod to start (saying why it waits), and reconnects if
+    the stream drops while the pod still runs, without repeating lines.
+    """
+    container = role
+    while True:
+        pod = find_pod(kube, run_name, role, rank)
+        phase = (pod.get("status") or {}).get("phase")
+        if phase != "Pending" or not follow:
+            break
+        notice(f"{pod['metadata']['name']} is Pending: {explain_pending(pod, kube)}")
+        time.sleep(poll_s)
+    name = pod["metadata"]["name"]
+    path = f"/api/v1/namespaces/{kube.namespace}/pods/{name}/log"
+    query: dict[str, object] = {"container": container, "timestamps": "true"}
+    if tail is not None:
+        query["tailLines"] = tail
+    if not follow:
+        for line in kube.stream_lines(path, query, what=f"read logs of {name}"):
+            yield _split_timestamp(line)[1]
+        return
+    query["follow"] = "true"
+    last_stamp = ""
+    seen_at_last: set[str] = set()
+    while True:
+        for line in kube.stream_lines(path, query, what=f"follow logs of {name}"):
+            stamp, text = _split_timestamp(line)
+            if stamp < last_stamp or (stamp == last_stamp and text in seen_at_last):
+                continue  # already shown before a reconnect
+            if stamp != last_stamp:
+                last_stamp, seen_at_last = stamp, set()
+            seen_at_last.add(text)
+            yield text
+        current = kube.get("Pod", name)
+        if current is None or (current.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        query.pop("tailLines", None)
+        if last_stamp:
+            query["sinceTime"] = last_stamp
+        time.sleep(poll_s)
