@@ -1,0 +1,417 @@
+"""Run a rendered trainer Job on this machine (the library behind ``cw <fw> <type> CONFIG --local``).
+
+Given the manifests of a plan, the runner
+
+* finds the Job's container named ``trainer`` and the ConfigMap mounted into it,
+* writes the ConfigMap's files into a local folder that stands in for ``/etc/cw``,
+* maps every other mount (``/checkpoints`` first of all) to a local folder,
+* rewrites those mount paths wherever they appear: in the ConfigMap files (``output_dir:
+  /checkpoints/<run>``), in the command and in the environment,
+* builds the environment from the container's literal ``env`` values (secret references are
+  taken from this machine's environment when set there), expanding ``$(VAR)`` the way the
+  kubelet does, and
+* runs the command as a subprocess, yielding its output line by line.
+
+Nothing here prints; the CLI decides what to show. Pure functions first, then
+:class:`LocalRunner`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TRAINER_CONTAINER = "trainer"
+CONFIG_MOUNT = "/etc/cw"
+CHECKPOINT_MOUNT = "/checkpoints"
+CONFIG_KEY = "config.yaml"
+COMPLETION_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+_SKIP_MOUNTS = ("/dev/shm",)
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+class LocalRunError(RuntimeError):
+    """The manifests cannot be run locally (no trainer, multi-node, missing ConfigMap...)."""
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def find_trainer(manifests: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The trainer Job and its ``trainer`` container.
+
+    Raises:
+        LocalRunError: No Job has a container named ``trainer``.
+    """
+    for manifest in manifests:
+        if manifest.get("kind") != "Job":
+            continue
+        spec = manifest.get("spec", {}).get("template", {}).get("spec", {})
+        for container in spec.get("containers", []):
+            if container.get("name") == TRAINER_CONTAINER:
+                return dict(manifest), dict(container)
+    raise LocalRunError("the manifests have no Job with a container named 'trainer' (was it rendered with --services?)")
+
+
+def pod_spec(job: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(job.get("spec", {}).get("template", {}).get("spec", {}))
+
+
+def find_configmaps(manifests: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """ConfigMaps of the plan by name."""
+    return {m["metadata"]["name"]: dict(m) for m in manifests if m.get("kind") == "ConfigMap"}
+
+
+def volume_sources(job: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The Job's pod volumes by name."""
+    return {v["name"]: dict(v) for v in pod_spec(job).get("volumes", [])}
+
+
+def mount_table(
+    job: Mapping[str, Any],
+    container: Mapping[str, Any],
+    manifests: Iterable[Mapping[str, Any]],
+    config_dir: Path,
+    checkpoint_dir: Path,
+    scratch_dir: Path,
+) -> tuple[dict[str, Path], dict[str, str]]:
+    """Local folder per container mount path, and the ConfigMap files to write.
+
+    ConfigMap volumes map to ``config_dir``, ``/checkpoints`` to ``checkpoint_dir``, any other
+    mount to a folder under ``scratch_dir``; ``/dev/shm`` is left alone.
+
+    Returns:
+        (mount path -> local folder, ConfigMap key -> text).
+
+    Raises:
+        LocalRunError: A mounted ConfigMap is not among the manifests.
+    """
+    volumes = volume_sources(job)
+    configmaps = find_configmaps(manifests)
+    mounts: dict[str, Path] = {}
+    files: dict[str, str] = {}
+    for mount in container.get("volumeMounts", []):
+        path = mount["mountPath"].rstrip("/") or "/"
+        if path in _SKIP_MOUNTS:
+            continue
+        volume = volumes.get(mount["name"], {})
+        if "configMap" in volume:
+            name = volume["configMap"].get("name")
+            if name not in configmaps:
+                raise LocalRunError(f"ConfigMap {name!r} mounted at {path} is not in the manifests")
+            files.update(configmaps[name].get("data") or {})
+            mounts[path] = config_dir
+        elif path == CHECKPOINT_MOUNT:
+            mounts[path] = checkpoint_dir
+        else:
+            mounts[path] = scratch_dir / path.strip("/").replace("/", "_")
+    if CONFIG_MOUNT not in mounts and len(configmaps) == 1:
+        # A plan whose Job does not mount the ConfigMap still has one: use it at /etc/cw.
+        files.update(next(iter(configmaps.values())).get("data") or {})
+        mounts[CONFIG_MOUNT] = config_dir
+    mounts.setdefault(CHECKPOINT_MOUNT, checkpoint_dir)
+    return mounts, files
+
+
+def map_paths(text: str, mounts: Mapping[str, os.PathLike | str]) -> str:
+    """Replace container mount paths in ``text`` by their local folders.
+
+    Only whole path prefixes are replaced: ``/checkpoints/run`` and ``"/checkpoints"`` map,
+    ``/data/checkpoints`` and ``/checkpointsX`` do not.
+    """
+    for mount in sorted(mounts, key=len, reverse=True):
+        local = str(mounts[mount])
+        pattern = re.compile(r"(?<![\w./-])" + re.escape(mount) + r"(?=/|$|[\s'\",:;\]}\)=])", re.MULTILINE)
+        text = pattern.sub(lambda _m: local, text)
+    return text
+
+
+def expand_vars(value: str, env: Mapping[str, str]) -> str:
+    """Kubernetes ``$(VAR)`` expansion: known variables are replaced, unknown references are
+    kept verbatim, ``$$`` is an escaped ``$``."""
+
+    def repl(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1)
+        return env[name] if name in env else match.group(0)
+
+    return _VAR_REF.sub(repl, value)
+
+
+def container_env(
+    container: Mapping[str, Any],
+    host_env: Mapping[str, str] | None = None,
+    completion_index: int = 0,
+) -> tuple[dict[str, str], list[str]]:
+    """The container's environment as the kubelet would build it, minus the cluster.
+
+    Literal values are expanded against the variables defined before them. ``secretKeyRef``
+    values come from ``host_env`` under the same variable name when set there; the Job
+    completion index (node rank) is ``completion_index``; other ``valueFrom`` sources are
+    skipped.
+
+    Returns:
+        (environment, names of variables that could not be resolved).
+    """
+    host_env = os.environ if host_env is None else host_env
+    env: dict[str, str] = {}
+    missing: list[str] = []
+    for item in container.get("env", []) or []:
+        name = item["name"]
+        if "value" in item:
+            env[name] = expand_vars(str(item.get("value") or ""), env)
+            continue
+        source = item.get("valueFrom") or {}
+        field_path = (source.get("fieldRef") or {}).get("fieldPath")
+        if field_path == COMPLETION_INDEX_FIELD:
+            env[name] = str(completion_index)
+        elif name in host_env:
+            env[name] = host_env[name]
+        else:
+            missing.append(name)
+    return env, missing
+
+
+def container_command(container: Mapping[str, Any]) -> list[str]:
+    """``command`` followed by ``args``."""
+    command = [str(c) for c in container.get("command") or []]
+    command += [str(a) for a in container.get("args") or []]
+    if not command:
+        raise LocalRunError("the trainer container has no command (image entrypoints cannot be run locally)")
+    return command
+
+
+def apply_overrides(config_text: str, overrides: Mapping[str, Any]) -> str:
+    """Top-level keys of a YAML config replaced (``None`` removes a key)."""
+    if not overrides:
+        return config_text
+    data = yaml.safe_load(config_text) or {}
+    if not isinstance(data, dict):
+        raise LocalRunError("config.yaml is not a YAML mapping; cannot apply overrides")
+    for key, value in overrides.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def resolve_executable(argv0: str, python: str = sys.executable) -> str:
+    """``python``/``python3`` -> this interpreter; a bare name found next to it (``trl``,
+    ``accelerate`` of the same virtual environment) -> that file; anything else unchanged."""
+    if argv0 in ("python", "python3"):
+        return python
+    if "/" not in argv0:
+        sibling = Path(python).parent / argv0
+        if sibling.is_file() and os.access(sibling, os.X_OK):
+            return str(sibling)
+    return argv0
+
+
+# --------------------------------------------------------------------------- the runner
+
+
+@dataclass
+class LocalRun:
+    """A prepared local run: what will be executed, and where."""
+
+    command: list[str]
+    env: dict[str, str]
+    cwd: Path
+    config_dir: Path
+    checkpoint_dir: Path
+    mounts: dict[str, Path]
+    files: dict[str, Path]
+    unresolved_env: list[str] = field(default_factory=list)
+
+    @property
+    def config_file(self) -> Path:
+        return self.config_dir / CONFIG_KEY
+
+
+class LocalRunner:
+    """Runs the trainer of a plan on this machine.
+
+    Args:
+        manifests: The plan's manifests (dicts as rendered).
+        checkpoint_dir: Local folder standing in for ``/checkpoints``.
+        workdir: Where to write the ConfigMap files (a fresh temporary folder if None; it is
+            removed by :meth:`cleanup` only when the runner created it).
+        config_overrides: Top-level keys to set in ``config.yaml`` (e.g. ``use_cpu: true``,
+            ``max_steps: 2``); None removes a key.
+        extra_env: Variables set on top of the container's environment.
+        inherit_env: Start from this process's environment (PATH, HOME, ...). Default True.
+        cpu_only: Hide GPUs (``CUDA_VISIBLE_DEVICES=""``).
+        python: Interpreter that replaces ``python`` in the command.
+
+    Use :meth:`prepare` to inspect, :meth:`lines` to run and stream, then :attr:`returncode`.
+    """
+
+    def __init__(
+        self,
+        manifests: Iterable[Mapping[str, Any]],
+        checkpoint_dir: os.PathLike | str,
+        *,
+        workdir: os.PathLike | str | None = None,
+        config_overrides: Mapping[str, Any] | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        inherit_env: bool = True,
+        cpu_only: bool = False,
+        python: str = sys.executable,
+    ) -> None:
+        self.manifests = [dict(m) for m in manifests]
+        self.checkpoint_dir = Path(checkpoint_dir).expanduser().resolve()
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir).resolve() if workdir else None
+        self.config_overrides = dict(config_overrides or {})
+        self.extra_env = dict(extra_env or {})
+        self.inherit_env = inherit_env
+        self.cpu_only = cpu_only
+        self.python = python
+        self.process: subprocess.Popen[str] | None = None
+        self.returncode: int | None = None
+        self._prepared: LocalRun | None = None
+
+    def prepare(self) -> LocalRun:
+        """Write the ConfigMap files and compute command, environment and mounts (idempotent)."""
+        if self._prepared is not None:
+            return self._prepared
+        job, container = find_trainer(self.manifests)
+        spec = job.get("spec", {})
+        if int(spec.get("completions") or 1) > 1 or int(spec.get("parallelism") or 1) > 1:
+            raise LocalRunError(
+                f"the trainer Job runs on {spec.get('completions')} nodes; local runs are single-node (render with --nodes 1)"
+            )
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="cw-local-"))
+        config_dir = self.workdir / "etc-cw"
+        scratch = self.workdir / "mounts"
+        mounts, data = mount_table(job, container, self.manifests, config_dir, self.checkpoint_dir, scratch)
+        for local in mounts.values():
+            local.mkdir(parents=True, exist_ok=True)
+
+        files: dict[str, Path] = {}
+        for key, text in data.items():
+            if "/" in key or key in ("", ".", ".."):
+                raise LocalRunError(f"bad ConfigMap key {key!r}")
+            text = map_paths(str(text), mounts)
+            if key == CONFIG_KEY:
+                text = apply_overrides(text, self.config_overrides)
+            path = config_dir / key
+            path.write_text(text, encoding="utf-8")
+            files[key] = path
+
+        env_base = dict(os.environ) if self.inherit_env else {}
+        cenv, missing = container_env(container, host_env=os.environ)
+        cenv = {k: map_paths(v, mounts) for k, v in cenv.items()}
+        env = {**env_base, **cenv, **self.extra_env}
+        host_pythonpath = os.environ.get("PYTHONPATH") if self.inherit_env else None
+        if "PYTHONPATH" in cenv and host_pythonpath and "PYTHONPATH" not in self.extra_env:
+            env["PYTHONPATH"] = cenv["PYTHONPATH"] + os.pathsep + host_pythonpath
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if self.cpu_only:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+
+        kube_env = {**cenv, **self.extra_env}  # the kubelet expands $(VAR) from the container's env only
+        command = [map_paths(expand_vars(arg, kube_env), mounts) for arg in container_command(container)]
+        command[0] = resolve_executable(command[0], self.python)
+        cwd = Path(container["workingDir"]) if container.get("workingDir") else self.workdir
+        cwd = Path(map_paths(str(cwd), mounts))
+        self._prepared = LocalRun(
+            command=command,
+            env=env,
+            cwd=cwd,
+            config_dir=config_dir,
+            checkpoint_dir=self.checkpoint_dir,
+            mounts=mounts,
+            files=files,
+            unresolved_env=missing,
+        )
+        return self._prepared
+
+    def lines(self) -> Iterator[str]:
+        """Start the trainer and yield its output (stdout and stderr merged), line by line,
+        without trailing newlines. :attr:`returncode` is set when the iterator is exhausted."""
+        run = self.prepare()
+        self.process = subprocess.Popen(
+            run.command,
+            cwd=run.cwd,
+            env=run.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,  # own process group: stop() reaches accelerate's workers too
+        )
+        try:
+            assert self.process.stdout is not None
+            for line in self.process.stdout:
+                yield line.rstrip("\r\n")
+            self.returncode = self.process.wait()
+        finally:
+            if self.process.poll() is None:
+                self.stop()
+
+    def run(self, on_line: Any = None) -> int:
+        """Run to completion; ``on_line(line)`` is called for every output line. Returns the exit code."""
+        for line in self.lines():
+            if on_line is not None:
+                on_line(line)
+        assert self.returncode is not None
+        return self.returncode
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """Terminate the trainer's process group (SIGTERM, then SIGKILL after ``timeout``)."""
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return proc.returncode if proc else None
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.returncode = proc.wait(timeout=timeout)
+                return self.returncode
+            except subprocess.TimeoutExpired:
+                continue
+        self.returncode = proc.wait()
+        return self.returncode
+
+    def cleanup(self) -> None:
+        """Remove the temporary folder the runner created (never the checkpoint folder)."""
+        if self._own_workdir and self.workdir is not None and self.workdir.exists():
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalRunner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.cleanup()
+
+
+def run_plan_locally(
+    manifests: Iterable[Mapping[str, Any]],
+    checkpoint_dir: os.PathLike | str,
+    **kwargs: Any,
+) -> tuple[int, list[str]]:
+    """Convenience: run and collect every output line. Returns (exit code, lines)."""
+    out: list[str] = []
+    with LocalRunner(manifests, checkpoint_dir, **kwargs) as runner:
+        code = runner.run(out.append)
+    return code, out
