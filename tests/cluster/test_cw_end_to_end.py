@@ -1,0 +1,257 @@
+"""cw's command line against a real API server, scheduler and controllers (KWOK fake GPU nodes).
+
+Each test drives the real `cw` CLI in a subprocess and checks the cluster's objects with the
+official client, in a namespace of its own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+SFT_CONFIG = {
+    "model_name_or_path": "Qwen/Qwen2.5-0.5B",
+    "dataset_name": "trl-lib/Capybara",
+    "learning_rate": 2.0e-5,
+    "max_steps": 10,
+    "cpu": "4",
+    "memory": "16Gi",
+}
+GRPO_CONFIG = {
+    **SFT_CONFIG,
+    "reward_funcs": ["rewards.length_penalty"],
+    "reward_files": [str(Path(__file__).resolve().parents[2] / "configs" / "rewards.py")],
+    "services": {"server": {"gpu": 1, "cpu": "4", "memory": "16Gi"}, "reward": {"model": "/checkpoints/rm", "gpu": 1}},
+}
+
+
+def run_cw(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI (python -m cw_cli) and capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "cw_cli", *args], env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def write_config(tmp_path: Path, data: dict, name: str = "run.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run_objects(api: client.ApiClient, namespace: str, run: str) -> list[str]:
+    """Every object of a run still on the cluster (pods included)."""
+    selector = f"cw-cli.dev/run={run}"
+    core, batch, apps = client.CoreV1Api(api), client.BatchV1Api(api), client.AppsV1Api(api)
+    found = [f"Job/{o.metadata.name}" for o in batch.list_namespaced_job(namespace, label_selector=selector).items]
+    found += [f"Deployment/{o.metadata.name}" for o in apps.list_namespaced_deployment(namespace, label_selector=selector).items]
+    found += [f"Service/{o.metadata.name}" for o in core.list_namespaced_service(namespace, label_selector=selector).items]
+    found += [f"ConfigMap/{o.metadata.name}" for o in core.list_namespaced_config_map(namespace, label_selector=selector).items]
+    found += [f"Pod/{o.metadata.name}" for o in core.list_namespaced_pod(namespace, label_selector=selector).items]
+    return found
+
+
+def test_sft_with_4_gpus_waits_until_the_job_completes(kube_api, namespace, cw_env, tmp_path):
+    config = write_config(tmp_path, SFT_CONFIG)
+    result = run_cw(cw_env, "trl", "sft", str(config), "--gpu", "4", "--name", "sft-four", "-n", namespace, "--wait")
+    assert result.returncode == 0, result.stderr
+    assert "succeeded" in result.stderr
+
+    job = client.BatchV1Api(kube_api).read_namespaced_job("sft-four-trainer", namespace)
+    assert job.status.succeeded == 1
+    pods = client.CoreV1Api(kube_api).list_namespaced_pod(namespace, label_selector="job-name=sft-four-trainer").items
+    assert len(pods) == 1
+    trainer = pods[0].spec.containers[0]
+    assert trainer.resources.requests["nvidia.com/gpu"] == "4"
+    assert trainer.resources.limits["nvidia.com/gpu"] == "4"
+    node = client.CoreV1Api(kube_api).read_node(pods[0].spec.node_name)
+    assert node.status.allocatable["nvidia.com/gpu"] == "8"
+
+    config_map = client.CoreV1Api(kube_api).read_namespaced_config_map("sft-four-config", namespace)
+    mounted = yaml.safe_load(config_map.data["config.yaml"])
+    assert mounted["model_name_or_path"] == "Qwen/Qwen2.5-0.5B"
+    assert mounted["learning_rate"] == 2.0e-5
+    assert "gpu" not in mounted and "cpu" not in mounted and "memory" not in mounted
+    assert config_map.metadata.owner_references[0].name == "sft-four-trainer"
+
+
+def test_sixteen_gpus_on_one_node_stays_pending_and_status_says_why(kube_api, namespace, cw_env, tmp_path, wait_for):
+    config = write_config(tmp_path, SFT_CONFIG)
+    result = run_cw(cw_env, "trl", "sft", str(config), "--gpu", "16", "--name", "too-big", "-n", namespace)
+    assert result.returncode == 0, result.stderr
+    core = client.CoreV1Api(kube_api)
+
+    def unschedulable():
+        pods = core.list_namespaced_pod(namespace, label_selector="job-name=too-big-trainer").items
+        return pods and any(c.type == "PodScheduled" and c.status == "False" for c in pods[0].status.conditions or [])
+
+    wait_for(unschedulable, 30, what="the scheduler to refuse the pod")
+    status = run_cw(cw_env, "status", "too-big", "-n", namespace)
+    assert status.returncode == 0, status.stderr
+    assert "needs 16 nvidia.com/gpu, the largest node has 8" in status.stdout
+    assert core.list_namespaced_pod(namespace, label_selector="job-name=too-big-trainer").items[0].status.phase == "Pending"
+
+
+def test_services_flag_creates_only_the_services_and_they_become_ready(kube_api, namespace, cw_env, tmp_path):
+    config = write_config(tmp_path, GRPO_CONFIG)
+    result = run_cw(cw_env, "trl", "rlhf", str(config), "--services", "--wait", "--name", "svc-only", "-n", namespace)
+    assert result.returncode == 0, result.stderr
+    objects = run_objects(kube_api, namespace, "svc-only")
+    assert not [o for o in objects if o.startswith("Job/")]
+    assert {"Deployment/svc-only-server", "Deployment/svc-only-reward", "Service/svc-only-server", "Service/svc-only-reward"} <= set(objects)
+    apps = client.AppsV1Api(kube_api)
+    for name in ("svc-only-server", "svc-only-reward"):
+        assert apps.read_namespaced_deployment(name, namespace).status.ready_replicas == 1
+    server = apps.read_namespaced_deployment("svc-only-server", namespace).spec.template.spec.containers[0]
+    assert server.resources.limits["nvidia.com/gpu"] == "1"
+    assert server.command[:2] == ["trl", "vllm-serve"]
+
+
+def test_multi_service_trainer_starts_only_after_its_services_are_ready(kube_api, namespace, cw_env, tmp_path):
+    config = write_config(tmp_path, GRPO_CONFIG)
+    result = run_cw(cw_env, "trl", "grpo", str(config), "--gpu", "8", "--name", "grpo-full", "-n", namespace, "--wait", timeout=180)
+    assert result.returncode == 0, result.stderr
+    apps, batch = client.AppsV1Api(kube_api), client.BatchV1Api(kube_api)
+    job = batch.read_namespaced_job("grpo-full-trainer", namespace)
+    assert job.status.succeeded == 1
+    for name in ("grpo-full-server", "grpo-full-reward"):
+        deployment = apps.read_namespaced_deployment(name, namespace)
+        available = next(c for c in deployment.status.conditions if c.type == "Available" and c.status == "True")
+        assert available.last_transition_time <= job.status.start_time, f"{name} became Ready after the trainer started"
+    stderr = result.stderr
+    assert stderr.index("is Ready") < stderr.index("started Job grpo-full-trainer")
+
+
+def test_two_nodes_of_eight_gpus_put_one_pod_on_each_gpu_node(kube_api, namespace, cw_env, tmp_path, wait_for):
+    config = write_config(tmp_path, SFT_CONFIG)
+    result = run_cw(cw_env, "trl", "sft", str(config), "--nodes", "2", "--gpu", "8", "--name", "two-nodes", "-n", namespace)
+    assert result.returncode == 0, result.stderr
+    core = client.CoreV1Api(kube_api)
+
+    def scheduled():
+        pods = core.list_namespaced_pod(namespace, label_selector="job-name=two-nodes-trainer").items
+        return len(pods) == 2 and all(p.spec.node_name for p in pods) and pods
+
+    pods = wait_for(scheduled, 30, what="both trainer pods to be scheduled")
+    assert len({p.spec.node_name for p in pods}) == 2
+    for pod in pods:
+        assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "8"
+        assert core.read_node(pod.spec.node_name).metadata.labels.get("nvidia.com/gpu.product")
+        assert pod.spec.subdomain == "two-nodes-nodes"
+    ranks = sorted(p.metadata.annotations["batch.kubernetes.io/job-completion-index"] for p in pods)
+    assert ranks == ["0", "1"]
+    headless = core.read_namespaced_service("two-nodes-nodes", namespace)
+    assert headless.spec.cluster_ip == "None"
+
+
+def test_delete_removes_the_whole_run_and_nothing_else(kube_api, namespace, cw_env, tmp_path, wait_for):
+    config = write_config(tmp_path, GRPO_CONFIG)
+    for name in ("keep-me", "drop-me"):
+        result = run_cw(cw_env, "trl", "grpo", str(config), "--name", name, "-n", namespace, timeout=180)
+        assert result.returncode == 0, result.stderr
+    listed = run_cw(cw_env, "list", "-n", namespace)
+    assert listed.returncode == 0 and "keep-me" in listed.stdout and "drop-me" in listed.stdout
+    before_keep = sorted(run_objects(kube_api, namespace, "keep-me"))
+
+    result = run_cw(cw_env, "delete", "drop-me", "-n", namespace)
+    assert result.returncode == 0, result.stderr
+    wait_for(lambda: not run_objects(kube_api, namespace, "drop-me"), 60, what="every object of drop-me to go")
+    assert sorted(run_objects(kube_api, namespace, "keep-me")) == before_keep
+    listed = run_cw(cw_env, "list", "-n", namespace)
+    assert "drop-me" not in listed.stdout and "keep-me" in listed.stdout
+    assert run_cw(cw_env, "status", "drop-me", "-n", namespace).returncode == 4
+
+
+def test_deleting_the_job_garbage_collects_the_rest_of_the_run(kube_api, namespace, cw_env, tmp_path, wait_for):
+    config = write_config(tmp_path, GRPO_CONFIG)
+    assert run_cw(cw_env, "trl", "grpo", str(config), "--name", "gc-run", "-n", namespace, timeout=180).returncode == 0
+    client.BatchV1Api(kube_api).delete_namespaced_job("gc-run-trainer", namespace, propagation_policy="Background")
+    wait_for(lambda: not run_objects(kube_api, namespace, "gc-run"), 60, what="garbage collection of gc-run")
+
+
+def test_reusing_a_run_name_is_an_error_and_leaves_the_running_job_alone(kube_api, namespace, cw_env, tmp_path):
+    config = write_config(tmp_path, SFT_CONFIG)
+    assert run_cw(cw_env, "trl", "sft", str(config), "--gpu", "2", "--name", "taken", "-n", namespace).returncode == 0
+    job = client.BatchV1Api(kube_api).read_namespaced_job("taken-trainer", namespace)
+    again = run_cw(cw_env, "trl", "sft", str(config), "--gpu", "4", "--name", "taken", "-n", namespace)
+    assert again.returncode == 5
+    assert "already exists" in again.stderr and "Traceback" not in again.stderr
+    after = client.BatchV1Api(kube_api).read_namespaced_job("taken-trainer", namespace)
+    assert after.metadata.resource_version == job.metadata.resource_version
+    assert after.spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
+
+
+def test_a_missing_secret_is_refused_before_anything_is_created(kube_api, namespace, cw_env, tmp_path):
+    config = write_config(tmp_path, {**SFT_CONFIG, "secrets": {"HF_TOKEN": "no-such-secret"}})
+    result = run_cw(cw_env, "trl", "sft", str(config), "--name", "no-secret", "-n", namespace)
+    assert result.returncode == 4
+    assert "no-such-secret" in result.stderr and "Traceback" not in result.stderr
+    assert run_objects(kube_api, namespace, "no-secret") == []
+
+
+def test_a_forbidden_namespace_gives_the_documented_error_and_creates_nothing(kube_api, namespace, cw_env, tmp_path):
+    core = client.CoreV1Api(kube_api)
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="nobody")))
+    token = core.create_namespaced_service_account_token(
+        "nobody", namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+    ).status.token
+    admin = yaml.safe_load(Path(cw_env["KUBECONFIG"]).read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
+    cluster = next(c for c in admin["clusters"] if c["name"] == context["context"]["cluster"])
+    limited = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": "nobody", "user": {"token": token}}],
+        "contexts": [{"name": "nobody", "context": {"cluster": cluster["name"], "user": "nobody"}}],
+        "current-context": "nobody",
+    }
+    kubeconfig = tmp_path / "limited-kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(limited))
+    config = write_config(tmp_path, SFT_CONFIG)
+    result = run_cw({**cw_env, "KUBECONFIG": str(kubeconfig)}, "trl", "sft", str(config), "--name", "forbidden", "-n", namespace)
+    assert result.returncode == 7, result.stderr
+    assert "forbidden" in result.stderr and "Traceback" not in result.stderr
+    assert run_objects(kube_api, namespace, "forbidden") == []
+
+
+def test_a_manifest_the_api_server_rejects_rolls_back_what_was_created(kube_api, namespace, cw_env, tmp_path):
+    # A ConfigMap over 1 MiB is refused by the API server after the Job was already created.
+    config = write_config(tmp_path, {**SFT_CONFIG, "system_prompt": "x" * (1024 * 1024 + 10)})
+    result = run_cw(cw_env, "trl", "sft", str(config), "--name", "too-large", "-n", namespace)
+    assert result.returncode == 6, result.stderr
+    assert "rejected by the API server" in result.stderr and "removed what had been created" in result.stderr
+    time.sleep(1)
+    assert run_objects(kube_api, namespace, "too-large") == []
+
+
+def test_server_dry_run_is_validated_by_the_server_and_creates_nothing(kube_api, namespace, cw_env, tmp_path):
+    config = write_config(tmp_path, GRPO_CONFIG)
+    result = run_cw(cw_env, "trl", "grpo", str(config), "--server-dry-run", "--name", "dry", "-n", namespace)
+    assert result.returncode == 0, result.stderr
+    assert "accepted all 6 objects" in result.stderr
+    assert run_objects(kube_api, namespace, "dry") == []
+    bad = write_config(tmp_path, {**SFT_CONFIG, "node_selector": {"not a valid key!": "x"}}, "bad.yaml")
+    rejected = run_cw(cw_env, "trl", "sft", str(bad), "--server-dry-run", "--name", "dry-bad", "-n", namespace)
+    assert rejected.returncode == 6
+    assert run_objects(kube_api, namespace, "dry-bad") == []
+
+
+def test_unreachable_cluster_is_one_line_with_a_hint(tmp_path, cw_env):
+    kubeconfig = tmp_path / "dead"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "dead", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "dead", "context": {"cluster": "dead", "user": "u"}}],
+        "current-context": "dead",
+    }))
+    result = run_cw({**cw_env, "KUBECONFIG": str(kubeconfig)}, "list")
+    assert result.returncode == 3
+    assert "cannot reach the API server" in result.stderr and "Traceback" not in result.stderr
