@@ -27,6 +27,10 @@ class AxolotlFramework(BaseTrainingFramework):
     def required_keys(self, training_type: TrainingType) -> list[tuple[str, ...]]:
         return [("base_model",), ("datasets",)]
 
+    def native_defaults(self, training_type: TrainingType) -> dict[str, Any]:
+        # Axolotl resumes from the newest checkpoint in output_dir by itself with this key.
+        return {"auto_resume_from_checkpoints": True}
+
     def validate_config(self, native: dict[str, Any], training_type: TrainingType) -> list[str]:
         problems = super().validate_config(native, training_type)
         if training_type is TrainingType.GRPO:

@@ -11,9 +11,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from cw_cli.config.models import ClusterSpec
+if TYPE_CHECKING:  # pydantic is heavy; `cw --help` must not import it
+    from cw_cli.config.models import ClusterSpec
 
 CONFIG_MOUNT = "/etc/cw"
 CONFIG_FILE = f"{CONFIG_MOUNT}/config.yaml"

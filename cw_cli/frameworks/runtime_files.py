@@ -9,7 +9,8 @@ RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 #: ConfigMap key -> file in cw_cli/runtime/. Keys are import names in the pod (PYTHONPATH=/etc/cw).
 REWARD_SERVER_FILE = "cw_reward_server.py"
 REWARD_CLIENT_FILE = "cw_reward.py"
-_SOURCES = {REWARD_SERVER_FILE: "reward_server.py", REWARD_CLIENT_FILE: "cw_reward.py"}
+LAUNCHER_FILE = "cw_launch.py"  # resumes from the newest checkpoint in output_dir, then execs the trainer
+_SOURCES = {REWARD_SERVER_FILE: "reward_server.py", REWARD_CLIENT_FILE: "cw_reward.py", LAUNCHER_FILE: "cw_launch.py"}
 
 REWARD_FUNCTION = "cw_reward.remote_reward"
 REWARD_URL_ENV = "CW_REWARD_URL"

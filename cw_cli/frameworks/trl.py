@@ -8,6 +8,7 @@ from typing import Any
 from cw_cli import __version__
 from cw_cli.frameworks.base import (
     CONFIG_FILE,
+    CONFIG_MOUNT,
     BaseTrainingFramework,
     RunContext,
     ServiceDef,
@@ -16,6 +17,7 @@ from cw_cli.frameworks.base import (
 from cw_cli.frameworks.launch import accelerate_args
 from cw_cli.frameworks.plugin import SimplePlugin
 from cw_cli.frameworks.runtime_files import (
+    LAUNCHER_FILE,
     REWARD_CLIENT_FILE,
     REWARD_FUNCTION,
     REWARD_PORT,
@@ -89,6 +91,7 @@ class TRLFramework(BaseTrainingFramework):
 
     def config_files(self, native: dict[str, Any], context: RunContext, base_dir: Path) -> dict[str, str]:
         files = dict(user_file(base_dir, path, "reward_files") for path in native.get("reward_files", []))
+        files[LAUNCHER_FILE] = runtime_file(LAUNCHER_FILE)
         if self._uses_reward_server(context):
             files[REWARD_SERVER_FILE] = runtime_file(REWARD_SERVER_FILE)
             files[REWARD_CLIENT_FILE] = runtime_file(REWARD_CLIENT_FILE)
@@ -96,6 +99,8 @@ class TRLFramework(BaseTrainingFramework):
 
     def trainer_command(self, config: dict[str, Any], context: RunContext) -> list[str]:
         return [
+            "python",
+            f"{CONFIG_MOUNT}/{LAUNCHER_FILE}",
             "trl",
             context.training_type.value,
             "--config",
