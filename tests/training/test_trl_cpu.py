@@ -1,0 +1,175 @@
+"""The training containers really train: cw's rendered TRL trainer (ConfigMap + command) is run
+through cw's local runner on CPU with a tiny random Llama, offline.
+
+For each of ``configs/trl-{sft,dpo,grpo}.yaml`` the plan is rendered by cw_cli.render.plan (as
+``--dry-run`` would print it), with the model and dataset pointed at local fixtures via
+``--set``; the local runner writes the ConfigMap files, maps /etc/cw and /checkpoints, and runs
+the trainer container's exact command. CPU-only knobs (use_cpu, bf16: false, tiny batch and
+step counts) are applied to config.yaml as overrides.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from cw_cli.local.runner import LocalRunner
+
+from training_helpers import CONFIGS_DIR, OFFLINE_ENV, RewardServerProcess
+
+pytestmark = pytest.mark.training
+
+CPU_OVERRIDES = {
+    "use_cpu": True,
+    "bf16": False,
+    "report_to": "none",
+    "logging_steps": 1,
+    "save_steps": 2,
+    "save_strategy": "steps",
+    "per_device_train_batch_size": 2,
+    "gradient_accumulation_steps": 1,
+    "dataloader_num_workers": 0,
+    "seed": 0,
+    "max_steps": 2,
+}
+
+
+def run_trainer(manifests: list[dict], checkpoints: Path, workdir: Path, overrides: dict, extra_env=None):
+    runner = LocalRunner(
+        manifests,
+        checkpoints,
+        workdir=workdir,
+        config_overrides={**CPU_OVERRIDES, **overrides},
+        extra_env={**OFFLINE_ENV, **(extra_env or {})},
+        cpu_only=True,
+    )
+    prepared = runner.prepare()
+    started = time.monotonic()
+    lines: list[str] = []
+    code = runner.run(lines.append)
+    elapsed = time.monotonic() - started
+    log = "\n".join(lines)
+    (workdir / "trainer.log").write_text(log)
+    assert code == 0, f"trainer exited {code}; command {prepared.command}\n{log[-6000:]}"
+    return prepared, log, elapsed
+
+
+def trainer_state(checkpoint: Path) -> dict:
+    return json.loads((checkpoint / "trainer_state.json").read_text())
+
+
+def losses(state: dict, key: str = "loss") -> list[float]:
+    return [entry[key] for entry in state["log_history"] if key in entry]
+
+
+def assert_trained(output_dir: Path, steps: int, loss_key: str = "loss") -> dict:
+    checkpoint = output_dir / f"checkpoint-{steps}"
+    assert checkpoint.is_dir(), f"no {checkpoint.name} in {sorted(p.name for p in output_dir.iterdir())}"
+    assert any(checkpoint.glob("*.safetensors")), "checkpoint has no weights"
+    assert (checkpoint / "optimizer.pt").is_file(), "checkpoint has no optimizer state (cannot resume)"
+    state = trainer_state(checkpoint)
+    assert state["global_step"] == steps
+    values = losses(state, loss_key)
+    assert values, f"no {loss_key!r} logged: {state['log_history']}"
+    assert all(math.isfinite(v) for v in values), values
+    assert (output_dir / "config.json").is_file(), "final model not saved to output_dir"
+    return state
+
+
+def test_trl_sft_trains_then_resumes(render_plan, with_launcher, tiny_model, sft_dataset, tmp_path):
+    manifests, _ = with_launcher(
+        render_plan(
+            "trl", "sft", CONFIGS_DIR / "trl-sft.yaml", run_name="t-sft",
+            sets=[f"model_name_or_path={tiny_model}", f"dataset_name={sft_dataset}"],
+        )
+    )
+    checkpoints = tmp_path / "checkpoints"
+    output_dir = checkpoints / "t-sft"
+    overrides = {"max_length": 64}
+
+    _, log, first = run_trainer(manifests, checkpoints, tmp_path / "run1", overrides)
+    assert "no checkpoint in" in log  # cw_launch looked, found nothing, started fresh
+    state = assert_trained(output_dir, 2)
+    assert len(losses(state)) == 2
+
+    # Tag the saved state: only a run that loads this checkpoint carries the tag forward.
+    marker = {"cw_resume_marker": 1, "step": 2}
+    ckpt2 = output_dir / "checkpoint-2"
+    tagged = trainer_state(ckpt2)
+    tagged["log_history"].append(marker)
+    (ckpt2 / "trainer_state.json").write_text(json.dumps(tagged))
+
+    _, log, second = run_trainer(manifests, checkpoints, tmp_path / "run2", {**overrides, "max_steps": 4})
+    assert f"resuming from checkpoint {ckpt2}" in log
+    assert f"--resume_from_checkpoint {ckpt2}" in log
+    state = assert_trained(output_dir, 4)
+    assert marker in state["log_history"], "checkpoint-4 does not descend from checkpoint-2"
+    steps_logged = [e["step"] for e in state["log_history"] if "loss" in e]
+    assert steps_logged == [1, 2, 3, 4]
+    print(f"\nsft: first run {first:.1f}s, resumed run {second:.1f}s")
+
+
+def test_trl_dpo_trains(render_plan, with_launcher, tiny_model, dpo_dataset, tmp_path):
+    manifests, _ = with_launcher(
+        render_plan(
+            "trl", "dpo", CONFIGS_DIR / "trl-dpo.yaml", run_name="t-dpo",
+            sets=[f"model_name_or_path={tiny_model}", f"dataset_name={dpo_dataset}"],
+        )
+    )
+    checkpoints = tmp_path / "checkpoints"
+    _, _, elapsed = run_trainer(manifests, checkpoints, tmp_path / "run", {"max_length": 64})
+    state = assert_trained(checkpoints / "t-dpo", 2)
+    assert any("rewards/chosen" in e for e in state["log_history"]), state["log_history"]
+    print(f"\ndpo: {elapsed:.1f}s")
+
+
+def test_trl_grpo_with_reward_server_and_user_reward(
+    render_plan, with_launcher, tiny_model, tiny_reward_model, grpo_dataset, tmp_path
+):
+    manifests, _ = with_launcher(
+        render_plan(
+            "trl", "grpo", CONFIGS_DIR / "trl-grpo.yaml", run_name="t-grpo",
+            sets=[
+                f"model_name_or_path={tiny_model}",
+                f"dataset_name={grpo_dataset}",
+                f"services.reward.model={tiny_reward_model}",
+            ],
+        )
+    )
+    config_map = next(m for m in manifests if m["kind"] == "ConfigMap")["data"]
+    assert {"cw_reward.py", "cw_reward_server.py", "rewards.py"} <= set(config_map), sorted(config_map)
+
+    checkpoints = tmp_path / "checkpoints"
+    workdir = tmp_path / "run"
+    # Start the reward server from the file cw ships in the ConfigMap (written by the runner).
+    runner = LocalRunner(manifests, checkpoints, workdir=workdir)
+    shipped_server = runner.prepare().files["cw_reward_server.py"]
+    server = RewardServerProcess(shipped_server, tiny_reward_model, tmp_path / "reward.log")
+    try:
+        grpo = {
+            "use_vllm": False,  # no vLLM on CPU: generate with the policy itself
+            "vllm_mode": None,
+            "vllm_server_host": None,
+            "vllm_server_port": None,
+            "num_generations": 2,
+            "max_completion_length": 8,
+            "max_prompt_length": None,
+            "temperature": 1.0,
+        }
+        _, log, elapsed = run_trainer(
+            manifests, checkpoints, workdir, grpo, extra_env={"CW_REWARD_URL": server.url}
+        )
+        stats = server.stats()
+    finally:
+        server.stop()
+    assert stats["requests"] >= 2 and stats["texts"] >= 4, stats
+    assert stats["errors"] == 0, stats
+    state = assert_trained(checkpoints / "t-grpo", 2)
+    for name in ("remote_reward", "length_penalty"):
+        values = [e[f"rewards/{name}/mean"] for e in state["log_history"] if f"rewards/{name}/mean" in e]
+        assert len(values) == 2 and all(math.isfinite(v) for v in values), (name, state["log_history"])
+    print(f"\ngrpo: {elapsed:.1f}s, reward server {stats}")
