@@ -65,6 +65,29 @@ def up_cmd(
     out.print(f"state: {info.state_dir}   stop with: cw cluster down")
 
 
+@cluster_app.command("build")
+def build_cmd(
+    force: bool = typer.Option(False, "--force", help="Rebuild even if cached."),
+) -> None:
+    """Build the missing cluster binaries into the cache (needs Go; cold: tens of minutes)."""
+    from cw_cli import localcluster as lc
+
+    out, errc = _console()
+    try:
+        with errc.status("checking binaries ...") as spinner:
+            bins = lc.ensure_binaries(
+                force=force, on_build_start=lambda c: spinner.update(f"building {c} ..."))
+    except lc.LocalClusterError as e:
+        _fail(e)
+    if bins.built:
+        times = ", ".join(f"{c} {s:.0f}s" for c, s in bins.seconds.items())
+        out.print(f"built {times} (total {bins.total_seconds:.0f}s)")
+    else:
+        out.print("all binaries cached")
+    v = bins.versions
+    out.print(f"kubernetes {v.kubernetes}, etcd {v.etcd}, kwok {v.kwok} in {bins.etcd.parent.parent}")
+
+
 @cluster_app.command("down")
 def down_cmd(
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=_STATE_HELP),
