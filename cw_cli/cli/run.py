@@ -26,7 +26,7 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
         name: Annotated[Optional[str], typer.Option("--name", help="Run name (default: generated, unique).")] = None,
         pull: Annotated[bool, typer.Option("--pull", help="Always pull the image.")] = False,
         set_: Annotated[
-            Optional[list[str]], typer.Option("--set", help="key=value for the framework config (YAML-typed); repeatable.")
+            Optional[list[str]], typer.Option("--set", help="key=value for any config key, dotted keys nest, value typed as YAML; repeatable.")
         ] = None,
         namespace: Annotated[Optional[str], typer.Option("--namespace", "-n", help="Namespace (default: the context's).")] = None,
         context: Annotated[Optional[str], typer.Option("--context", help="kubeconfig context.")] = None,

@@ -103,6 +103,11 @@ class ClusterSpec(StrictModel):
     backoff_limit: int = Field(default=2, ge=0, le=100, description="Retries of a failed trainer pod.")
     shm_size: Quantity = Field(default="64Gi", description="Size of /dev/shm (NCCL needs a large one).")
     pull: bool = Field(default=False, description="Always pull the image (imagePullPolicy: Always).")
+    files: list[str] = Field(
+        default_factory=list,
+        description="Python files (paths relative to the config) shipped in the ConfigMap and importable in the "
+        "pods, e.g. reward functions.",
+    )
     services: dict[Literal["server", "reward"], ServiceResources] = Field(
         default_factory=dict, description="Per-service settings of multi-service types: server, reward."
     )

@@ -24,7 +24,6 @@ from cw_cli.frameworks.runtime_files import (
     REWARD_SERVER_FILE,
     REWARD_URL_ENV,
     runtime_file,
-    user_file,
 )
 
 TRL_IMAGE = "huggingface/trl:1.16.0"
@@ -55,9 +54,6 @@ class TRLFramework(BaseTrainingFramework):
         funcs = native.get("reward_funcs")
         if funcs is not None and not isinstance(funcs, (str, list)):
             problems.append("`reward_funcs` must be a name or a list of names / dotted import paths")
-        reward_files = native.get("reward_files", [])
-        if not isinstance(reward_files, list) or not all(isinstance(f, str) for f in reward_files):
-            problems.append("`reward_files` must be a list of paths to .py files")
         return problems
 
     def _uses_generation_server(self, native: dict[str, Any], context: RunContext) -> bool:
@@ -72,7 +68,7 @@ class TRLFramework(BaseTrainingFramework):
         return context.training_type is TrainingType.GRPO and reward is not None and reward.model is not None
 
     def prepare_config(self, native: dict[str, Any], context: RunContext) -> dict[str, Any]:
-        config = {key: value for key, value in native.items() if key != "reward_files"}
+        config = dict(native)
         config.setdefault("output_dir", context.output_dir)
         if self._uses_generation_server(native, context):
             config.update(
@@ -90,8 +86,7 @@ class TRLFramework(BaseTrainingFramework):
         return config
 
     def config_files(self, native: dict[str, Any], context: RunContext, base_dir: Path) -> dict[str, str]:
-        files = dict(user_file(base_dir, path, "reward_files") for path in native.get("reward_files", []))
-        files[LAUNCHER_FILE] = runtime_file(LAUNCHER_FILE)
+        files = {LAUNCHER_FILE: runtime_file(LAUNCHER_FILE)}
         if self._uses_reward_server(context):
             files[REWARD_SERVER_FILE] = runtime_file(REWARD_SERVER_FILE)
             files[REWARD_CLIENT_FILE] = runtime_file(REWARD_CLIENT_FILE)

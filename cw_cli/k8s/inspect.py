@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from cw_cli.config.quantity import parse_quantity
-from cw_cli.errors import NotFound
+from cw_cli.errors import Forbidden, NotFound
 from cw_cli.k8s.connection import Kube
 from cw_cli.render.plan import MANAGED_BY, RUN_LABEL
 
@@ -108,7 +108,11 @@ def list_runs(kube: Kube) -> list[RunView]:
 
 def _node_capacity(kube: Kube) -> dict[str, list[tuple[str, float]]]:
     capacity: dict[str, list[tuple[str, float]]] = {}
-    for node in kube.list("Node"):
+    try:
+        nodes = kube.list("Node")
+    except Forbidden:  # listing nodes is optional (a ClusterRole); explanations fall back to events
+        return capacity
+    for node in nodes:
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         for resource, amount in allocatable.items():
             try:
@@ -140,15 +144,18 @@ def explain_pending(pod: dict[str, Any], kube: Kube, capacity: dict[str, list[tu
                 continue
             nodes = capacity.get(resource, [])
             largest = max((value for _, value in nodes), default=0.0)
-            if wanted > largest:
+            if capacity and wanted > largest:
                 if not nodes:
                     return f"needs {amount} {resource}, and no node has any"
                 return f"needs {amount} {resource}, the largest node has {_format_amount(resource, largest)}"
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            events = kube.list(
-                "Event", field_selector=f"involvedObject.name={pod['metadata']['name']},reason=FailedScheduling"
-            )
+            try:
+                events = kube.list(
+                    "Event", field_selector=f"involvedObject.name={pod['metadata']['name']},reason=FailedScheduling"
+                )
+            except Forbidden:
+                events = []
             message = (events[-1].get("message") if events else None) or condition.get("message") or ""
             return f"cannot be scheduled: {message}".strip() if message else "waiting for the scheduler"
     for status in (pod.get("status") or {}).get("containerStatuses") or []:

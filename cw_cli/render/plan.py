@@ -24,6 +24,7 @@ from cw_cli.frameworks.base import (
 )
 from cw_cli.frameworks.launch import MASTER_ADDR_ENV, MASTER_PORT, MASTER_PORT_ENV, NODE_RANK_ENV, NUM_NODES_ENV
 from cw_cli.frameworks.registry import LoadedFramework
+from cw_cli.frameworks.runtime_files import user_file
 from cw_cli.render.naming import object_names
 from cw_cli.render.templates import render_manifest
 
@@ -190,7 +191,10 @@ def build_plan(request: RunRequest) -> Plan:
     native = request.config.native
     try:
         prepared = framework.prepare_config(native, context)
-        extra_files = framework.config_files(native, context, request.config.path.parent)
+        extra_files = dict(
+            user_file(request.config.path.parent, path, "files") for path in cluster.files
+        )
+        extra_files.update(framework.config_files(native, context, request.config.path.parent))
         services = framework.services(native, context)
     except (ValueError, KeyError) as exc:
         raise ConfigError([f"{request.config.path}: {exc}"]) from None

@@ -27,7 +27,7 @@ SFT_CONFIG = {
 GRPO_CONFIG = {
     **SFT_CONFIG,
     "reward_funcs": ["rewards.length_penalty"],
-    "reward_files": [str(Path(__file__).resolve().parents[2] / "configs" / "rewards.py")],
+    "files": [str(Path(__file__).resolve().parents[2] / "configs" / "rewards.py")],
     "services": {"server": {"gpu": 1, "cpu": "4", "memory": "16Gi"}, "reward": {"model": "/checkpoints/rm", "gpu": 1}},
 }
 
