@@ -27,15 +27,18 @@ GOLDEN_CONFIGS = {
     "axolotl-grpo": ("axolotl", "grpo"),
     "verifiers-grpo": ("verifiers", "grpo"),
 }
-#: ConfigMap keys whose text is a file of the repo: shown as a placeholder in the golden file
-#: (checked byte for byte below), so editing the reward server does not churn six goldens.
-FILE_KEYS = {
-    "cw_reward_server.py": REPO / "cw_cli" / "runtime" / "reward_server.py",
-    "cw_reward.py": REPO / "cw_cli" / "runtime" / "cw_reward.py",
-    "cw_launch.py": REPO / "cw_cli" / "runtime" / "cw_launch.py",
-    "rewards.py": CONFIGS / "rewards.py",
-    "verifiers_train.py": CONFIGS / "verifiers_train.py",
-}
+#: ConfigMap keys whose text is a file of the repo (cw's runtime files, the user's files next
+#: to the config) are shown as a placeholder in the golden file and checked byte for byte below,
+#: so editing the reward server does not churn every golden file.
+def _file_keys() -> dict[str, Path]:
+    from cw_cli.frameworks import runtime_files
+
+    keys = {key: runtime_files.RUNTIME_DIR / source for key, source in runtime_files._SOURCES.items()}
+    keys.update({path.name: path for path in CONFIGS.glob("*.py")})
+    return keys
+
+
+FILE_KEYS = _file_keys()
 
 
 class _Dumper(yaml.SafeDumper):
@@ -154,7 +157,7 @@ def test_golden_configmap_has_no_cluster_fields_and_keeps_float_learning_rate(st
     mounted = mounted_config(plan)
     assert not set(mounted) & CLUSTER_FIELDS
     for key, value in source.items():
-        if key not in CLUSTER_FIELDS and key not in ("reward_files", "script"):
+        if key not in CLUSTER_FIELDS and key != "script":
             if isinstance(value, dict):
                 assert mounted[key].items() >= value.items()
             elif key != "reward_funcs":
