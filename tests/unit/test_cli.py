@@ -1,0 +1,158 @@
+"""The `cw` command as a user runs it: a subprocess of `python -m cw_cli`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from unit_helpers import CONFIGS, REPO
+
+FAKE_KUBERNETES = "raise ImportError('the kubernetes package must not be imported here')\n"
+
+
+@pytest.fixture
+def env(tmp_path):
+    """An environment with no usable kubeconfig and a `kubernetes` package that fails on import."""
+    fake = tmp_path / "fake-site" / "kubernetes"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(FAKE_KUBERNETES)
+    kubeconfig_dir = tmp_path / "kubeconfig-is-a-directory"
+    kubeconfig_dir.mkdir()
+    environ = dict(os.environ)
+    environ.update(
+        KUBECONFIG=str(kubeconfig_dir),
+        HOME=str(tmp_path / "home"),
+        CW_DISABLE_PLUGINS="1",
+        PYTHONPATH=os.pathsep.join([str(tmp_path / "fake-site"), str(REPO)]),
+        NO_COLOR="1",
+        COLUMNS="200",
+    )
+    environ.pop("CW_DEBUG", None)
+    return environ
+
+
+def cw(env, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "cw_cli", *map(str, args)], env=env, capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+
+
+def test_dry_run_prints_multi_document_yaml_without_touching_kubeconfig_or_kubernetes(env):
+    result = cw(env, "trl", "grpo", CONFIGS / "trl-grpo.yaml", "--dry-run", "--name", "cli-run", "--gpu", "4")
+    assert result.returncode == 0, result.stderr
+    documents = list(yaml.safe_load_all(result.stdout))
+    assert [(d["kind"], d["metadata"]["name"]) for d in documents] == [
+        ("Job", "cli-run-trainer"),
+        ("ConfigMap", "cli-run-config"),
+        ("Deployment", "cli-run-server"),
+        ("Service", "cli-run-server"),
+        ("Deployment", "cli-run-reward"),
+        ("Service", "cli-run-reward"),
+    ]
+    trainer = documents[0]["spec"]["template"]["spec"]["containers"][0]
+    assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert result.stdout.count("\n---\n") == 5
+
+
+def test_dry_run_generates_a_fresh_name_each_time(env):
+    names = set()
+    for _ in range(2):
+        result = cw(env, "trl", "sft", CONFIGS / "trl-sft.yaml", "--dry-run")
+        assert result.returncode == 0, result.stderr
+        names.add(next(yaml.safe_load_all(result.stdout))["metadata"]["labels"]["cw-cli.dev/run"])
+    assert len(names) == 2 and all(name.startswith("trl-sft-") for name in names)
+
+
+def test_real_run_without_kubeconfig_fails_cleanly(env):
+    env = dict(env, PYTHONPATH=str(REPO))  # the real kubernetes package this time
+    result = cw(env, "trl", "sft", CONFIGS / "trl-sft.yaml", "--name", "x-run")
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" not in result.stderr and "error:" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "config_text,args,expected",
+    [
+        ("model_name_or_path: m\ndataset_name: d\ngpus: 8\n", [], ":3: `gpus`: unknown field; did you mean `gpu`?"),
+        ("model_name_or_path: m\n", [], "missing `dataset_name` or `datasets`"),
+        ("a: [1\n", [], "not valid YAML"),
+        ("model_name_or_path: m\ndataset_name: d\n", ["--memory", "lots"], "--memory: `memory`"),
+        ("model_name_or_path: m\ndataset_name: d\n", ["--name", "Bad_Name"], "try --name bad-name"),
+        ("model_name_or_path: m\ndataset_name: d\n", ["--set", "nokey"], "expected key=value"),
+    ],
+    ids=["typo", "missing", "yaml", "memory", "name", "set"],
+)
+def test_config_errors_exit_2_with_a_message_and_no_traceback(env, tmp_path, config_text, args, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(config_text)
+    result = cw(env, "trl", "sft", path, "--dry-run", *args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert expected in result.stderr.replace("\n", " ") or expected in result.stderr
+    assert "error:" in result.stderr
+    assert result.stdout == ""
+
+
+def test_missing_config_file_exits_2_naming_it(env, tmp_path):
+    result = cw(env, "trl", "sft", tmp_path / "nope.yaml", "--dry-run")
+    assert result.returncode == 2 and "nope.yaml" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unknown_type_is_a_usage_error(env):
+    result = cw(env, "trl", "ppo", CONFIGS / "trl-sft.yaml", "--dry-run")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def test_schema_prints_json_schema(env):
+    result = cw(env, "schema")
+    assert result.returncode == 0, result.stderr
+    schema = json.loads(result.stdout)
+    assert schema["title"] == "cw run config" and schema["additionalProperties"] is True
+    for field in ("gpu", "cpu", "memory", "nodes", "env", "secrets", "services", "node_selector"):
+        assert field in schema["properties"]
+
+
+@pytest.mark.parametrize("args", [["--help"], ["trl", "--help"], ["trl", "sft", "--help"], ["--version"]])
+def test_help_works_without_kubernetes(env, args):
+    result = cw(env, *args)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+PROBE = """
+import sys
+sys.argv = ["cw", *sys.argv[1:]]
+from cw_cli.cli.app import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+print("EXIT", code, "KUBERNETES", "kubernetes" in sys.modules, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["trl", "sft", str(CONFIGS / "trl-sft.yaml"), "--dry-run", "--name", "probe-run"], ["schema"], ["frameworks"]],
+    ids=["help", "dry-run", "schema", "frameworks"],
+)
+def test_kubernetes_is_not_imported(env, args):
+    env = dict(env, PYTHONPATH=str(REPO))  # the real package: importing it would show in sys.modules
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], env=env, capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert "EXIT 0 KUBERNETES False" in result.stderr, result.stderr
+
+
+def test_debug_shows_a_traceback_for_config_errors(env, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("model_name_or_path: m\n")
+    result = cw(env, "--debug", "trl", "sft", path, "--dry-run")
+    assert result.returncode == 2 and "Traceback" in result.stderr
