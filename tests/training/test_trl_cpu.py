@@ -173,3 +173,21 @@ def test_trl_grpo_with_reward_server_and_user_reward(
         values = [e[f"rewards/{name}/mean"] for e in state["log_history"] if f"rewards/{name}/mean" in e]
         assert len(values) == 2 and all(math.isfinite(v) for v in values), (name, state["log_history"])
     print(f"\ngrpo: {elapsed:.1f}s, reward server {stats}")
+
+
+def test_reward_server_scores_with_a_real_model(reward_server):
+    import urllib.request
+
+    def post(payload):
+        req = urllib.request.Request(reward_server.url + "/score", data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())["scores"]
+
+    texts = ["the cat is happy .", "a dog", "two plus three equals five .", "no", "sun"]
+    scores = post({"texts": texts})
+    assert len(scores) == 5 and all(math.isfinite(s) for s in scores)
+    assert post({"texts": texts[:1]}) == pytest.approx(scores[:1], abs=1e-4)  # padding does not change scores
+    convs = [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]]
+    assert len(post({"messages": convs})) == 1
+    assert reward_server.stats()["texts"] == 7

@@ -1,0 +1,228 @@
+"""Fast checks of cw's pod-side files and the local runner (no torch, no training).
+
+Not marked ``training``: they run in the default suite in a couple of seconds."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from cw_cli.local.runner import (
+    LocalRunError,
+    LocalRunner,
+    container_env,
+    expand_vars,
+    map_paths,
+)
+from training_helpers import RUNTIME_DIR
+
+
+def _load(name: str):
+    """Import a runtime file standalone, the way the pod does (not through the cw package)."""
+    spec = importlib.util.spec_from_file_location(f"standalone_{name}", RUNTIME_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["cw_launch", "cw_reward", "reward_server"])
+def test_runtime_files_are_standalone(name):
+    text = (RUNTIME_DIR / f"{name}.py").read_text()
+    assert "cw_cli" not in text.replace("cw_cli/runtime", "")
+    _load(name)  # imports with nothing but the stdlib at module level
+
+
+# --------------------------------------------------------------------------- cw_launch
+
+
+def _checkpoint(root: Path, step: int, complete: bool = True) -> Path:
+    path = root / f"checkpoint-{step}"
+    path.mkdir(parents=True)
+    if complete:
+        (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return path
+
+
+def test_cw_launch_resumes_from_newest_complete_checkpoint(tmp_path):
+    launch = _load("cw_launch")
+    out = tmp_path / "out"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"model_name_or_path: m\noutput_dir: {out}\n")
+    argv = ["trl", "sft", "--config", str(config), "--num_processes", "8"]
+
+    command, reason = launch.build_command(argv, environ={})
+    assert command == argv and "starting fresh" in reason
+
+    _checkpoint(out, 2)
+    newest = _checkpoint(out, 10)
+    _checkpoint(out, 12, complete=False)  # pod killed while saving
+    (out / "checkpoint-x").mkdir()
+    command, reason = launch.build_command(argv, environ={})
+    assert command == argv + ["--resume_from_checkpoint", str(newest)]
+    assert "resuming" in reason
+
+    assert launch.build_command(argv, environ={"CW_AUTO_RESUME": "0"})[0] == argv
+    explicit = argv + ["--resume_from_checkpoint", "x"]
+    assert launch.build_command(explicit, environ={})[0] == explicit
+    config.write_text(f"output_dir: {out}\nresume_from_checkpoint: {out}/checkpoint-2\n")
+    assert launch.build_command(argv, environ={})[0] == argv
+    # --output_dir on the command line wins over the config.
+    other = tmp_path / "other"
+    cp = _checkpoint(other, 5)
+    config.write_text(f"output_dir: {out}\n")
+    assert launch.build_command(argv + ["--output_dir", str(other)], environ={})[0][-1] == str(cp)
+
+
+def test_cw_launch_dry_run_and_exec(tmp_path, capfd):
+    launch = _load("cw_launch")
+    assert launch.main(["--dry-run", "--", "echo", "hi"]) == 0
+    assert json.loads(capfd.readouterr().out.strip()) == ["echo", "hi"]
+
+
+# --------------------------------------------------------------------------- runner helpers
+
+
+def test_map_paths_only_whole_prefixes(tmp_path):
+    mounts = {"/checkpoints": tmp_path / "ck", "/etc/cw": tmp_path / "cfg"}
+    text = "output_dir: /checkpoints/run\nx: '/checkpoints'\ny: /data/checkpoints/z\nz: /checkpointsX\nc: /etc/cw/config.yaml"
+    mapped = map_paths(text, mounts)
+    assert f"output_dir: {tmp_path}/ck/run" in mapped
+    assert f"x: '{tmp_path}/ck'" in mapped
+    assert "/data/checkpoints/z" in mapped and "/checkpointsX" in mapped
+    assert f"{tmp_path}/cfg/config.yaml" in mapped
+
+
+def test_expand_vars_like_the_kubelet():
+    env = {"CW_NODE_RANK": "0", "A": "x"}
+    assert expand_vars("--machine_rank=$(CW_NODE_RANK)", env) == "--machine_rank=0"
+    assert expand_vars("$(MISSING) $$(A) $(A)", env) == "$(MISSING) $(A) x"
+
+
+def test_container_env_literals_secrets_and_rank():
+    container = {"env": [
+        {"name": "PYTHONPATH", "value": "/etc/cw"},
+        {"name": "B", "value": "$(PYTHONPATH)/b"},
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "HF_TOKEN"}}},
+        {"name": "OTHER", "valueFrom": {"secretKeyRef": {"name": "o", "key": "k"}}},
+        {"name": "CW_NODE_RANK", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+    ]}
+    env, missing = container_env(container, host_env={"HF_TOKEN": "t"})
+    assert env == {"PYTHONPATH": "/etc/cw", "B": "/etc/cw/b", "HF_TOKEN": "t", "CW_NODE_RANK": "0"}
+    assert missing == ["OTHER"]
+
+
+def _manifests(command, *, completions=None, data=None):
+    job = {
+        "kind": "Job", "metadata": {"name": "r-trainer"},
+        "spec": {"template": {"spec": {
+            "containers": [{
+                "name": "trainer", "command": command,
+                "env": [{"name": "PYTHONPATH", "value": "/etc/cw"}, {"name": "OUT", "value": "/checkpoints/r"}],
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/cw"},
+                                 {"name": "checkpoints", "mountPath": "/checkpoints"},
+                                 {"name": "dshm", "mountPath": "/dev/shm"}],
+            }],
+            "volumes": [{"name": "config", "configMap": {"name": "r-config"}},
+                        {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "pvc"}},
+                        {"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        }}},
+    }
+    if completions:
+        job["spec"]["completions"] = completions
+    cm = {"kind": "ConfigMap", "metadata": {"name": "r-config"},
+          "data": data or {"config.yaml": "output_dir: /checkpoints/r\nmax_steps: 10\n", "helper.py": "X = 41\n"}}
+    return [job, cm]
+
+
+def test_local_runner_runs_the_container_command(tmp_path):
+    script = "import os, helper, pathlib; print(helper.X + 1); print(os.environ['OUT']); print(pathlib.Path('/etc/cw/config.yaml').name)"
+    manifests = _manifests(["python", "-c", script + "; print(open(os.environ['CFG']).read())"])
+    manifests[0]["spec"]["template"]["spec"]["containers"][0]["env"].append(
+        {"name": "CFG", "value": "/etc/cw/config.yaml"})
+    runner = LocalRunner(manifests, tmp_path / "ck", workdir=tmp_path / "w", config_overrides={"max_steps": 2})
+    prepared = runner.prepare()
+    assert prepared.command[0] == sys.executable
+    assert prepared.env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "w" / "etc-cw")
+    lines: list[str] = []
+    assert runner.run(lines.append) == 0
+    assert lines[0] == "42"
+    assert lines[1] == str(tmp_path / "ck" / "r")
+    assert f"output_dir: {tmp_path / 'ck'}/r" in "\n".join(lines)
+    assert "max_steps: 2" in "\n".join(lines)
+
+
+def test_local_runner_reports_exit_code_and_refuses_multinode(tmp_path):
+    assert LocalRunner(_manifests(["python", "-c", "raise SystemExit(3)"]), tmp_path).run() == 3
+    with pytest.raises(LocalRunError, match="single-node"):
+        LocalRunner(_manifests(["true"], completions=2), tmp_path).prepare()
+    with pytest.raises(LocalRunError, match="trainer"):
+        LocalRunner([m for m in _manifests(["true"]) if m["kind"] != "Job"], tmp_path).prepare()
+
+
+def test_local_runner_stop_kills_the_process_group(tmp_path):
+    runner = LocalRunner(_manifests(["python", "-c", "import time; print('up', flush=True); time.sleep(60)"]), tmp_path)
+    lines = runner.lines()
+    assert next(lines) == "up"
+    assert runner.stop(timeout=5) is not None
+    assert runner.process.poll() is not None
+
+
+# --------------------------------------------------------------------------- reward protocol
+
+
+class FakeScorer:
+    name = "fake"
+    device = "cpu"
+    batch_size = 2
+
+    def score(self, texts):
+        return [float(len(t)) for t in texts]
+
+    def format_messages(self, convs):
+        return ["|".join(m["content"] for m in conv) for conv in convs]
+
+
+@pytest.fixture
+def fake_server():
+    server_mod = _load("reward_server")
+    server = server_mod.make_server(FakeScorer(), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_reward_client_standard_and_conversational(fake_server, monkeypatch):
+    server, url = fake_server
+    client = _load("cw_reward")
+    monkeypatch.setenv("CW_REWARD_URL", url)
+    monkeypatch.setenv("CW_REWARD_BATCH", "2")
+    assert client.remote_reward(["ab", "c"], ["d", "efg"]) == [3.0, 4.0]
+    prompts = [[{"role": "user", "content": "hi"}]] * 3
+    completions = [[{"role": "assistant", "content": "x" * n}] for n in (1, 2, 3)]
+    assert client.remote_reward(prompts, completions) == [4.0, 5.0, 6.0]  # "hi|x.."
+    stats = server.stats.snapshot()
+    assert stats["requests"] == 3 and stats["texts"] == 5 and stats["errors"] == 0
+
+
+def test_reward_client_errors(fake_server, monkeypatch):
+    _, url = fake_server
+    client = _load("cw_reward")
+    monkeypatch.delenv("CW_REWARD_URL", raising=False)
+    with pytest.raises(client.RewardServerError, match="CW_REWARD_URL"):
+        client.remote_reward(["a"], ["b"])
+    with pytest.raises(client.RewardServerError, match="400"):
+        client._post(url + "/score", {"nope": 1}, timeout=5, retries=3)
+    monkeypatch.setenv("CW_REWARD_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.setenv("CW_REWARD_RETRIES", "2")
+    monkeypatch.setattr(client.time, "sleep", lambda s: None)
+    with pytest.raises(client.RewardServerError, match="after 2 attempts"):
+        client.remote_reward(["a"], ["b"])
