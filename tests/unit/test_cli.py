@@ -134,7 +134,7 @@ except SystemExit as exc:
     code = exc.code
 else:
     code = 0
-print("EXIT", code, "KUBERNETES", "kubernetes" in sys.modules, file=sys.stderr)
+print("EXIT", code, "KUBERNETES", "kubernetes" in sys.modules, "PYDANTIC", "pydantic" in sys.modules, file=sys.stderr)
 """
 
 
@@ -149,6 +149,8 @@ def test_kubernetes_is_not_imported(env, args):
         [sys.executable, "-c", PROBE, *args], env=env, capture_output=True, text=True, timeout=60, cwd=REPO
     )
     assert "EXIT 0 KUBERNETES False" in result.stderr, result.stderr
+    if args == ["--help"]:
+        assert "PYDANTIC False" in result.stderr, "`cw --help` should stay light (base.py imports pydantic lazily)"
 
 
 def test_debug_shows_a_traceback_for_config_errors(env, tmp_path):
