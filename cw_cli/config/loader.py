@@ -6,6 +6,7 @@ Precedence, lowest first: framework defaults < config file < `--set` < flags.
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from difflib import get_close_matches
 from pathlib import Path
@@ -168,7 +169,10 @@ def load_run_config(
 
     native = deep_merge(framework.native_defaults(training_type), native)
     for problem in framework.validate_config(native, training_type):
-        issues.append(f"{path}: {problem}")
+        # Messages name their field in backticks; point at that key's line when the file has it.
+        named = re.search(r"`([A-Za-z_][\w.]*)", problem)
+        key_path = tuple(named.group(1).split(".")) if named else ()
+        issues.append(f"{source.where(key_path) if key_path else path}: {problem}")
     if issues or cluster is None:
         raise ConfigError(issues, hint="fix the fields above (run `cw schema` for the full reference)")
     return RunConfig(path=path, cluster=cluster, native=native)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.functional_validators import BeforeValidator
 
 from cw_cli.config.quantity import normalize_quantity
@@ -101,7 +101,9 @@ class ClusterSpec(StrictModel):
         default=72, gt=0, le=24 * 365, description="Hours a finished Job (with status and logs) is kept."
     )
     backoff_limit: int = Field(default=2, ge=0, le=100, description="Retries of a failed trainer pod.")
-    shm_size: Quantity = Field(default="64Gi", description="Size of /dev/shm (NCCL needs a large one).")
+    shm_size: Quantity | None = Field(
+        default=None, description="Size of /dev/shm (NCCL needs a large one); default: half the memory, at most 64Gi."
+    )
     pull: bool = Field(default=False, description="Always pull the image (imagePullPolicy: Always).")
     files: list[str] = Field(
         default_factory=list,
@@ -128,14 +130,14 @@ class ClusterSpec(StrictModel):
                 raise ValueError(f"{name!r} is not a valid environment variable name")
         return secrets
 
-    @model_validator(mode="after")
-    def _multi_node_needs_gpus(self) -> "ClusterSpec":
-        if self.nodes > 1 and self.gpu == 0:
+    @field_validator("nodes")
+    @classmethod
+    def _multi_node_needs_gpus(cls, nodes: int, info: ValidationInfo) -> int:
+        if nodes > 1 and info.data.get("gpu") == 0:
             raise ValueError(
-                f"nodes: {self.nodes} with gpu: 0 would start {self.nodes} CPU-only trainers; "
-                "multi-node training needs gpu >= 1"
+                f"{nodes} nodes with gpu: 0 would start {nodes} CPU-only trainers; multi-node training needs gpu >= 1"
             )
-        return self
+        return nodes
 
     def secret_refs(self) -> dict[str, SecretRef]:
         """Every secret as a full reference (name and key)."""

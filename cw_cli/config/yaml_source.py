@@ -34,11 +34,15 @@ ConfigLoader.add_implicit_resolver(
 
 
 def parse_scalar(text: str) -> object:
-    """Type a command-line value the way the config file would (``1e-5`` -> float, ``true`` -> bool)."""
+    """Type a command-line value the way the config file would (``1e-5`` -> float, ``true`` -> bool).
+
+    A value YAML reads as a string is kept exactly as typed (newlines, ``#`` and all).
+    """
     try:
-        return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - ConfigLoader is a SafeLoader
+        value = yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - ConfigLoader is a SafeLoader
     except yaml.YAMLError:
         return text
+    return text if isinstance(value, str) else value
 
 
 @dataclass

@@ -49,6 +49,8 @@ class TRLFramework(BaseTrainingFramework):
         problems = super().validate_config(native, training_type)
         if "max_seq_length" in native:
             problems.append("`max_seq_length` was renamed `max_length` in current TRL")
+        if "reward_files" in native:
+            problems.append("`reward_files` is now the cw field `files` (it works for every framework)")
         if "reward_model_url" in native:
             problems.append("TRL has no `reward_model_url`; set `services.reward.model` and cw serves it")
         funcs = native.get("reward_funcs")

@@ -52,7 +52,10 @@ def error_for_status(status: int, body: bytes | str | None, what: str) -> CwErro
         body: Response body (a Kubernetes Status object).
         what: What was being done, e.g. ``create Job foo``.
     """
-    message = _status_message(body) or f"HTTP {status}"
+    full = _status_message(body) or f"HTTP {status}"
+    message = " ".join(full.split())
+    if len(message) > 300:
+        message = message[:297] + "..."
     if status == 401:
         return Forbidden(f"{what}: not authenticated ({message})", hint="refresh your credentials in the kubeconfig")
     if status == 403:
@@ -63,7 +66,7 @@ def error_for_status(status: int, body: bytes | str | None, what: str) -> CwErro
         return Conflict(f"{what}: already exists or changed meanwhile ({message})", hint="choose another --name")
     if status in (400, 413, 422):
         return Rejected(f"{what}: rejected by the API server: {message}", hint="check the field it names; --dry-run shows the manifest")
-    return CwError(f"{what}: API server answered {status}: {message}")
+    return CwError(f"{what}: API server answered {status}: {message}", detail=full)
 
 
 class Kube:

@@ -187,14 +187,10 @@ def _node_manifests(gpu_nodes: int, cpu_nodes: int) -> list[dict]:
 
 
 def _kwok_config(state: Path, log_file: Path) -> str:
-    """Multi-document kwok --config: KwokConfiguration, the stages, and a ClusterLogs for all pods."""
-    docs = [{
-        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-        "kind": "KwokConfiguration",
-        "options": {"enableCRDs": []},
-    }]
+    """Multi-document kwok --config: the stages and a ClusterLogs for all pods."""
     stage_dir = cluster_resources_dir() / "stages"
-    text = [yaml.safe_dump(d, sort_keys=False) for d in docs]
+    # No KwokConfiguration document: a partial one replaces kwok's defaults (parallelism 0 fails).
+    text = []
     for s in STAGES:
         text.append((stage_dir / f"{s}.yaml").read_text())
     text.append(yaml.safe_dump({

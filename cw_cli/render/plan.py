@@ -14,6 +14,7 @@ import yaml
 
 from cw_cli import __version__
 from cw_cli.config.loader import RunConfig
+from cw_cli.config.quantity import parse_quantity
 from cw_cli.errors import ConfigError
 from cw_cli.frameworks.base import (
     CHECKPOINT_MOUNT,
@@ -104,6 +105,19 @@ def _resources(gpus: int, cpu: str | None, memory: str | None) -> dict[str, dict
     if memory:
         amounts["memory"] = memory
     return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+MAX_SHM = 64 * 2**30
+
+
+def _shm_size(explicit: str | None, memory: str | None) -> str:
+    """/dev/shm counts against the memory limit: default to half of it, at most 64Gi."""
+    if explicit:
+        return explicit
+    if not memory:
+        return "64Gi"
+    half_gib = max(1, int(min(parse_quantity(memory) / 2, MAX_SHM) // 2**30))
+    return f"{half_gib}Gi"
 
 
 def _env(literal: dict[str, str], secret_refs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -210,7 +224,8 @@ def build_plan(request: RunRequest) -> Plan:
     secret_refs = cluster.secret_refs()
     base_env = {**cluster.env, "PYTHONPATH": CONFIG_MOUNT}
     image = cluster.image or framework.default_image(request.training_type)
-    files = {"config.yaml": yaml.safe_dump(prepared, sort_keys=False, allow_unicode=True), **extra_files}
+    # allow_unicode=False: PyYAML would write line-break characters (NEL, U+2028) raw and lose them.
+    files = {"config.yaml": yaml.safe_dump(prepared, sort_keys=False), **extra_files}
     common = {
         "namespace": request.namespace,
         "labels": labels,
@@ -246,6 +261,7 @@ def build_plan(request: RunRequest) -> Plan:
                     **common,
                     "job_labels": job_labels,
                     "nodes": cluster.nodes,
+                    "shm_size": _shm_size(cluster.shm_size, cluster.memory),
                     "ttl_seconds": int(math.ceil(cluster.ttl_hours * 3600)),
                     "trainer": trainer,
                     "spread_affinity": _spread_affinity(labels),
@@ -279,6 +295,10 @@ def build_plan(request: RunRequest) -> Plan:
             "health_path": service.health_path,
             "env": _env({**base_env, **service.env}, secret_refs),
             "resources": _resources(service.gpus, service.cpu, service.memory),
+            "shm_size": _shm_size(cluster.shm_size, service.memory),
+            # Servers read the volume only to load a model kept there (a ReadWriteOnce claim
+            # cannot follow them to other nodes otherwise).
+            "checkpoint_volume": cluster.checkpoint_volume if f"{CHECKPOINT_MOUNT}/" in " ".join(service.command) else None,
         }
         plan.manifests.append(
             render_manifest(templates["deployment"], {**common, "service": service_view}, dirs, "Deployment", service_name)

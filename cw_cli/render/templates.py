@@ -8,6 +8,7 @@ user's string stay inside that string. The result is parsed and checked anyway.
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -30,10 +31,15 @@ class TemplateError(CwError):
     """A template is missing, broken, or rendered something that is not the expected object."""
 
 
+# Characters JSON leaves alone but YAML treats as line breaks or refuses (DEL, C1 controls, BOM).
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
+
+
 def _to_json(value: Any) -> str:
     if isinstance(value, jinja2.Undefined):
         value._fail_with_undefined_error()  # StrictUndefined raises here
-    return json.dumps(value, ensure_ascii=False, sort_keys=False)
+    text = json.dumps(value, ensure_ascii=False, sort_keys=False)
+    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _with_component(labels: dict[str, str], component: str) -> dict[str, str]:

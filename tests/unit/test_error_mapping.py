@@ -52,11 +52,6 @@ def test_message_falls_back_when_body_is_not_a_status(body):
     assert error.message.startswith("read Job x: not found (")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="k8s/connection.py error_for_status: a multi-line Status message (e.g. a 422 listing several "
-    "field errors or an HTML proxy page) is copied as is, so the 'one-line' message spans lines",
-)
 def test_multi_line_body_still_gives_a_one_line_message():
     error = error_for_status(502, b"<html>\n<body>Bad Gateway</body>\n</html>\n", "apply Job x")
     assert "\n" not in error.message

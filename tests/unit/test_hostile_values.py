@@ -133,11 +133,6 @@ def test_set_strings_that_are_not_yaml_syntax_arrive_verbatim(tmp_path, value):
     assert mounted_config(plan)["note"] == value
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="config/yaml_source.py parse_scalar: a --set value is parsed as a YAML plain scalar, so a newline "
-    "is folded into a space and ' #' starts a comment; the user's string silently changes",
-)
 @pytest.mark.parametrize("value", ["two\nlines", "a # b"], ids=["newline", "comment"])
 def test_set_string_value_arrives_verbatim(tmp_path, value):
     plan = plan_for("trl", "sft", write_config(tmp_path, BASE), [f"note={value}"])
@@ -163,22 +158,12 @@ def test_hostile_env_variable_name_is_refused(tmp_path):
         plan_for("trl", "sft", write_config(tmp_path, {**BASE, "env": {"A\nB": "x"}}))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="render/templates.py _to_json: json.dumps(ensure_ascii=False) leaves U+0085/U+2028/U+2029 raw; "
-    "YAML treats them as line breaks inside a double-quoted scalar and folds them (and spaces around them)",
-)
 @pytest.mark.parametrize("value", ["a\x85b", "a \u2028 b", "a \u2029 b"], ids=["NEL", "LS", "PS"])
 def test_unicode_line_break_characters_survive_in_env_value(tmp_path, value):
     plan = plan_for("trl", "sft", write_config(tmp_path, {**BASE, "env": {"X": value}}))
     assert env_map(container(reparse(plan)[0], "trainer"))["X"] == value
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="render/templates.py _to_json: json.dumps(ensure_ascii=False) leaves DEL/C1 control characters raw; "
-    "PyYAML refuses them, so a user's env value surfaces as 'template rendered invalid YAML'",
-)
 def test_control_character_in_env_value_renders(tmp_path):
     plan = plan_for("trl", "sft", write_config(tmp_path, {**BASE, "env": {"X": "a\x7fb\x9bc"}}))
     assert env_map(container(reparse(plan)[0], "trainer"))["X"] == "a\x7fb\x9bc"

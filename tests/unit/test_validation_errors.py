@@ -35,11 +35,6 @@ def test_renamed_trl_key_is_explained(tmp_path):
     assert str(path) in text and "`max_seq_length`" in text and "`max_length`" in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="config/loader.py load_run_config: framework validate_config problems are prefixed with "
-    "f'{path}: ' only, although source.lines knows the key's line",
-)
 def test_renamed_trl_key_error_names_its_line(tmp_path):
     path = write_config(tmp_path, GOOD + "max_seq_length: 1024\n")
     assert f"{path}:3:" in _issues(path)

@@ -24,7 +24,7 @@ def builtin_registry():
 def write_config(directory: Path, data: dict[str, Any] | str, name: str = "config.yaml") -> Path:
     """Write a config (a dict or raw YAML text) into ``directory`` and return its path."""
     path = directory / name
-    text = data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    text = data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False)
     path.write_text(text, encoding="utf-8")
     return path
 
