@@ -182,6 +182,9 @@ def _node_manifests(gpu_nodes: int, cpu_nodes: int) -> list[dict]:
             name = f"{prefix}-{i}"
             node["metadata"]["name"] = name
             node["metadata"]["labels"]["kubernetes.io/hostname"] = name
+            for addr in node["status"]["addresses"]:
+                if addr["type"] == "Hostname":
+                    addr["address"] = name
             out.append(node)
     return out
 

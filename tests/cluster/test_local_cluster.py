@@ -231,15 +231,21 @@ def test_pod_logs_served_by_kwok(kube_api, kube_cluster, namespace, wait_for):
         assert core.read_namespaced_pod_log(name, namespace, tail_lines=1).count("\n") == 1
 
 
-def test_pod_logs_of_pending_pod_is_a_400(kube_api, namespace, wait_for):
+def test_pod_logs_of_unscheduled_pod_and_bad_container(kube_api, namespace):
+    """What the API returns for logs that cannot exist (same on a real cluster)."""
     core = client.CoreV1Api(kube_api)
     core.create_namespaced_pod(namespace, client.V1Pod(
         metadata=client.V1ObjectMeta(name="nowhere"),
         spec=client.V1PodSpec(node_selector={"no-such-label": "x"},
                               containers=[client.V1Container(name="main", image="busybox:1.36")])))
+    # A pod without a node: 204 No Content, i.e. an empty string, not an error.
+    resp = core.read_namespaced_pod_log("nowhere", namespace, _preload_content=False)
+    assert (resp.status, resp.data) == (204, b"")
+    # An unknown container: 400 BadRequest "container nope is not valid for pod nowhere".
     with pytest.raises(ApiException) as exc:
-        core.read_namespaced_pod_log("nowhere", namespace)
+        core.read_namespaced_pod_log("nowhere", namespace, container="nope")
     assert exc.value.status == 400
+    assert "container nope is not valid" in exc.value.body
 
 
 def test_local_status_reports_running(kube_cluster):
