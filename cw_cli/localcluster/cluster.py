@@ -211,6 +211,34 @@ def _write_fake_log(path: Path) -> None:
     path.write_text("".join(f"{ts} stdout F {line}\n" for line in FAKE_LOG_LINES))
 
 
+def _create_nodes(api: _Api, manifests: list[dict]) -> None:
+    for node in manifests:
+        code, body = api.request("POST", "/api/v1/nodes", node)
+        if code not in (201, 409):
+            raise StartError(f"creating node {node['metadata']['name']} failed ({code}): "
+                             f"{body[:300].decode(errors='replace')}")
+
+
+def _nodes_ready(api: _Api, wanted: set[str]) -> bool:
+    """All `wanted` nodes Ready and without not-ready/unreachable taints."""
+    items = (api.get_json("/api/v1/nodes") or {}).get("items", [])
+    ready = {s.name for s in map(_node_status, items)
+             if s.ready and not any("not-ready" in t or "unreachable" in t for t in s.taints)}
+    return wanted <= ready
+
+
+def _wait_simple(probe: Callable[[], bool], deadline: float, what: str) -> None:
+    while True:
+        try:
+            if probe():
+                return
+        except (OSError, ssl.SSLError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise StartError(f"timed out waiting for {what}")
+        time.sleep(0.3)
+
+
 # --------------------------------------------------------------------------- public API
 
 def status(state_dir: str | Path | None = None) -> ClusterStatus:
@@ -276,6 +304,17 @@ def up(
         st = status(state)
         if st.running:
             pki = load_pki(state / "pki")
+            # Top up nodes if more were asked for than exist (never removes nodes).
+            api = _Api(info.server, pki)
+            have = {n.name for n in st.nodes}
+            extra = [n for n in _node_manifests(gpu_nodes, cpu_nodes)
+                     if n["metadata"]["name"] not in have]
+            if extra:
+                say(f"adding {len(extra)} fake nodes")
+                _create_nodes(api, extra)
+                _wait_simple(lambda: _nodes_ready(api, {n["metadata"]["name"] for n in extra}),
+                             time.monotonic() + timeout, "new fake nodes to become Ready")
+                info.nodes = sorted(set(info.nodes) | {n["metadata"]["name"] for n in extra})
             merge_user_kubeconfig(user_kc, info.server, pki.ca.cert, pki.admin.cert, pki.admin.key,
                                   set_current=set_current_context)
             info.kubeconfig = str(user_kc)
@@ -444,21 +483,10 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
     # nodes --------------------------------------------------------------------------
     manifests = _node_manifests(gpu_nodes, cpu_nodes)
     say(f"creating {len(manifests)} fake nodes")
-    for node in manifests:
-        code, body = api.request("POST", "/api/v1/nodes", node)
-        if code not in (201, 409):
-            raise StartError(f"creating node {node['metadata']['name']} failed ({code}): "
-                             f"{body[:300].decode(errors='replace')}")
+    _create_nodes(api, manifests)
     wanted = {n["metadata"]["name"] for n in manifests}
-
-    def nodes_ready() -> bool:
-        items = (api.get_json("/api/v1/nodes") or {}).get("items", [])
-        ready = {s.name for s in map(_node_status, items)
-                 if s.ready and not any("not-ready" in t or "unreachable" in t for t in s.taints)}
-        return wanted <= ready
-
     say("waiting for nodes Ready and the default ServiceAccount")
-    wait("fake nodes to become Ready", nodes_ready, 0.3)
+    wait("fake nodes to become Ready", lambda: _nodes_ready(api, wanted), 0.3)
     wait("ServiceAccount default/default",
          lambda: api.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200)
 
