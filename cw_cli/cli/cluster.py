@@ -53,6 +53,8 @@ def up_cmd(
                          on_progress=lambda m: spinner.update(m + " ..."))
     except lc.LocalClusterError as e:
         _fail(e)
+    except Exception as e:  # noqa: BLE001 - one line, no traceback
+        _fail(RuntimeError(f"unexpected {type(e).__name__}: {e}"))
     except KeyboardInterrupt:
         _fail(RuntimeError("interrupted; run `cw cluster down` to clean up"), 130)
     if info.already_running:
@@ -79,6 +81,8 @@ def build_cmd(
                 force=force, on_build_start=lambda c: spinner.update(f"building {c} ..."))
     except lc.LocalClusterError as e:
         _fail(e)
+    except Exception as e:  # noqa: BLE001 - one line, no traceback
+        _fail(RuntimeError(f"unexpected {type(e).__name__}: {e}"))
     if bins.built:
         times = ", ".join(f"{c} {s:.0f}s" for c, s in bins.seconds.items())
         out.print(f"built {times} (total {bins.total_seconds:.0f}s)")
@@ -102,6 +106,8 @@ def down_cmd(
         res = lc.down(state_dir=state_dir, timeout=timeout, keep_state=keep_state)
     except lc.LocalClusterError as e:
         _fail(e)
+    except Exception as e:  # noqa: BLE001 - one line, no traceback
+        _fail(RuntimeError(f"unexpected {type(e).__name__}: {e}"))
     if not res.stopped and not res.removed_state:
         out.print(f"no local cluster at {res.state_dir}")
         return
@@ -127,6 +133,8 @@ def status_cmd(
         st = lc.status(state_dir=state_dir)
     except lc.LocalClusterError as e:
         _fail(e)
+    except Exception as e:  # noqa: BLE001 - one line, no traceback
+        _fail(RuntimeError(f"unexpected {type(e).__name__}: {e}"))
     if not st.exists and not st.processes:
         out.print(f"no local cluster at {st.state_dir} (start one with: cw cluster up)")
         raise typer.Exit(1)

@@ -75,7 +75,10 @@ class AxolotlFramework(BaseTrainingFramework):
         return config
 
     def trainer_command(self, config: dict[str, Any], context: RunContext) -> list[str]:
-        return ["axolotl", "train", CONFIG_FILE, "--launcher", "accelerate", "--", *accelerate_args(context)]
+        # DeepSpeed or FSDP in the config already choose accelerate's mode.
+        own_mode = any(key in config for key in ("deepspeed", "fsdp", "fsdp_config"))
+        launch = accelerate_args(context, distributed_mode=not own_mode)
+        return ["axolotl", "train", CONFIG_FILE, "--launcher", "accelerate", "--", *launch]
 
     def services(self, native: dict[str, Any], context: RunContext) -> list[ServiceDef]:
         if context.training_type is not TrainingType.GRPO:

@@ -12,14 +12,23 @@ NUM_NODES_ENV = "CW_NUM_NODES"
 MASTER_PORT = 29500
 
 
-def accelerate_args(context: RunContext) -> list[str]:
+def accelerate_args(context: RunContext, *, distributed_mode: bool = True) -> list[str]:
     """Process-count and rendezvous flags for the trainer, derived from ``--gpu`` and ``--nodes``.
 
     The values that differ per pod are Kubernetes ``$(VAR)`` references, expanded by the kubelet
     from the pod's environment.
+
+    Args:
+        context: The run.
+        distributed_mode: Add ``--multi_gpu`` when more than one process runs; pass False when
+            another flag (DeepSpeed, FSDP, an accelerate config) already picks the mode.
     """
     processes_per_node = max(1, context.gpus)
-    args = ["--num_processes", str(processes_per_node * context.cluster.nodes)]
+    total = processes_per_node * context.cluster.nodes
+    args = ["--num_processes", str(total)]
+    # Without a mode, accelerate goes distributed only when it sees >1 GPU on its own node.
+    if distributed_mode and total > 1:
+        args.append("--multi_gpu")
     if context.cluster.nodes > 1:
         args += [
             "--num_machines",

@@ -26,7 +26,8 @@ from cw_cli.frameworks.runtime_files import (
     runtime_file,
 )
 
-TRL_IMAGE = "huggingface/trl:1.16.0"
+TRL_IMAGE = "huggingface/trl:1.16.0"  # TRL's own image (built from its docker/trl); no vLLM inside
+VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 VLLM_PORT = 8000
 
 
@@ -102,7 +103,7 @@ class TRLFramework(BaseTrainingFramework):
             context.training_type.value,
             "--config",
             CONFIG_FILE,
-            *accelerate_args(context),
+            *accelerate_args(context, distributed_mode="accelerate_config" not in config),
         ]
 
     def trainer_env(self, context: RunContext) -> dict[str, str]:
@@ -129,11 +130,10 @@ class TRLFramework(BaseTrainingFramework):
             services.append(
                 ServiceDef(
                     role="server",
-                    image=(spec.image if spec and spec.image else image),
+                    image=(spec.image if spec and spec.image else VLLM_IMAGE),
                     command=[
-                        "trl",
-                        "vllm-serve",
-                        "--model",
+                        "vllm",
+                        "serve",
                         str(native["model_name_or_path"]),
                         "--tensor-parallel-size",
                         str(tensor_parallel),
@@ -143,13 +143,21 @@ class TRLFramework(BaseTrainingFramework):
                         "0.0.0.0",
                         "--port",
                         str(port),
+                        # The weight-sync and logprob settings TRL's server mode relies on.
+                        "--weight-transfer-config",
+                        '{"backend":"nccl"}',
+                        "--logprobs-mode",
+                        "processed_logprobs",
+                        "--max-logprobs",
+                        "-1",
                         *(spec.args if spec else []),
                     ],
                     port=port,
                     gpus=gpus,
                     cpu=spec.cpu if spec else None,
                     memory=spec.memory if spec else None,
-                    health_path="/health/",
+                    health_path="/health",
+                    env={"VLLM_SERVER_DEV_MODE": "1"},
                 )
             )
         if self._uses_reward_server(context):

@@ -67,10 +67,16 @@ class VerifiersFramework(BaseTrainingFramework):
     def trainer_command(self, config: dict[str, Any], context: RunContext) -> list[str]:
         strategy = config.get("accelerate_config", "zero3")
         if strategy == "multi_gpu":
-            strategy_args = ["--multi_gpu"] if context.gpus * context.cluster.nodes > 1 else []
-        else:
-            strategy_args = ["--use_deepspeed", "--zero_stage", strategy.removeprefix("zero")]
-        return ["accelerate", "launch", *strategy_args, *accelerate_args(context), f"{CONFIG_MOUNT}/{config['script']}"]
+            return ["accelerate", "launch", *accelerate_args(context), f"{CONFIG_MOUNT}/{config['script']}"]
+        return [
+            "accelerate",
+            "launch",
+            "--use_deepspeed",
+            "--zero_stage",
+            strategy.removeprefix("zero"),
+            *accelerate_args(context, distributed_mode=False),
+            f"{CONFIG_MOUNT}/{config['script']}",
+        ]
 
     def trainer_env(self, context: RunContext) -> dict[str, str]:
         return {"CW_CONFIG": f"{CONFIG_MOUNT}/config.yaml"}

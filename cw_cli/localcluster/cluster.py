@@ -268,8 +268,9 @@ def status(state_dir: str | Path | None = None) -> ClusterStatus:
 
 
 def _node_status(n: dict) -> NodeStatus:
-    conds = {c.get("type"): c.get("status") for c in n.get("status", {}).get("conditions", [])}
-    alloc = n.get("status", {}).get("allocatable", {})
+    st = n.get("status") or {}
+    conds = {c.get("type"): c.get("status") for c in st.get("conditions") or []}
+    alloc = st.get("allocatable") or {}
     taints = [f"{t.get('key')}:{t.get('effect')}" for t in n.get("spec", {}).get("taints", []) or []]
     return NodeStatus(n["metadata"]["name"], conds.get("Ready") == "True",
                       alloc.get("nvidia.com/gpu", "0"), alloc.get("cpu", "?"),
@@ -458,6 +459,19 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
         "--leader-elect=false",
         "--profiling=false",
     ])
+    # kwok's Logs CRD: tests may create a Logs object (name/namespace = the pod) that points a
+    # container's log at their own CRI-format file; ClusterLogs (in --config) covers the rest.
+    for crd_file in sorted((cluster_resources_dir() / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(crd_file.read_text())
+        code, body = api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        if code not in (201, 409):
+            raise StartError(f"installing CRD {crd['metadata']['name']} failed ({code}): "
+                             f"{body[:300].decode(errors='replace')}")
+        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
+        wait(f"CRD {crd['metadata']['name']} to be established", lambda: any(
+            c.get("type") == "Established" and c.get("status") == "True"
+            for c in ((api.get_json(path) or {}).get("status") or {}).get("conditions") or []))
+
     kwok_dir = state / "kwok"
     kwok_dir.mkdir()
     fake_log = kwok_dir / "container.log"
@@ -478,6 +492,7 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
         f"--tls-private-key-file={pki.kwok_serving.key}",
         "--node-lease-duration-seconds=40",
         f"--cidr={POD_CIDR}",
+        "--enable-crds=Logs",
     ], env=kwok_env)
 
     # nodes --------------------------------------------------------------------------
