@@ -191,9 +191,21 @@ class Kube:
         except NotFound:
             return False
 
-    def stream_lines(self, path: str, query: dict[str, Any], what: str) -> Iterator[str]:
-        """Yield the lines of a streaming response (e.g. a followed pod log)."""
-        response = self.raw("GET", path, query=query, timeout=None, what=what)
+    def stream_lines(
+        self, path: str, query: dict[str, Any], what: str, idle_timeout: float | None = None
+    ) -> Iterator[str]:
+        """Yield the lines of a streaming response (e.g. a followed pod log).
+
+        Args:
+            path: URL path.
+            query: Query parameters.
+            what: What is being read, for error messages.
+            idle_timeout: End the stream quietly after this many seconds without data, so the
+                caller can check whether to go on (None waits forever).
+        """
+        import urllib3
+
+        response = self.raw("GET", path, query=query, timeout=(10, idle_timeout) if idle_timeout else None, what=what)
         raw = response.response
         buffer = b""
         try:
@@ -202,10 +214,12 @@ class Kube:
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
                     yield line.decode(errors="replace")
-            if buffer:
-                yield buffer.decode(errors="replace")
+        except (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError):
+            pass  # idle or dropped: the caller decides whether to reconnect
         finally:
             raw.release_conn()
+        if buffer:
+            yield buffer.decode(errors="replace")
 
 
 def connect(target: ClusterTarget) -> Kube:

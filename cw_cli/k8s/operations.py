@@ -21,11 +21,12 @@ def delete_run(kube: Kube, run_name: str) -> list[str]:
     Raises:
         NotFound: The run has no object in the namespace.
     """
+    # List everything first: deleting the Job lets the garbage collector remove the rest meanwhile.
+    found = [(kind, obj["metadata"]["name"]) for kind in RUN_KINDS for obj in kube.list(kind, run_selector(run_name))]
     deleted: list[str] = []
-    for kind in RUN_KINDS:
-        for obj in kube.list(kind, run_selector(run_name)):
-            if kube.delete(kind, obj["metadata"]["name"]):
-                deleted.append(f"{kind}/{obj['metadata']['name']}")
+    for kind, name in found:
+        kube.delete(kind, name)
+        deleted.append(f"{kind}/{name}")
     if not deleted:
         raise NotFound(f"no run {run_name!r} in namespace {kube.namespace!r}", hint="`cw list` shows the runs")
     return deleted
@@ -81,11 +82,13 @@ def stream_logs(
     tail: int | None = None,
     notice: Progress = lambda _: None,
     poll_s: float = 2.0,
+    idle_s: float = 15.0,
 ) -> Iterator[str]:
     """Yield a pod's log lines through the API server.
 
     With ``follow``, waits for a Pending pod to start (saying why it waits), and reconnects if
-    the stream drops while the pod still runs, without repeating lines.
+    the stream drops or stays idle for ``idle_s`` while the pod still runs, without repeating
+    lines; it stops once the pod has finished.
     """
     container = role
     while True:
@@ -108,7 +111,7 @@ def stream_logs(
     last_stamp = ""
     seen_at_last: set[str] = set()
     while True:
-        for line in kube.stream_lines(path, query, what=f"follow logs of {name}"):
+        for line in kube.stream_lines(path, query, what=f"follow logs of {name}", idle_timeout=idle_s):
             stamp, text = _split_timestamp(line)
             if stamp < last_stamp or (stamp == last_stamp and text in seen_at_last):
                 continue  # already shown before a reconnect

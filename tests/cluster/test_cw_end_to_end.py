@@ -257,3 +257,15 @@ def test_unreachable_cluster_is_one_line_with_a_hint(tmp_path, cw_env):
     result = run_cw({**cw_env, "KUBECONFIG": str(kubeconfig)}, "list")
     assert result.returncode == 3
     assert "cannot reach the API server" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_logs_are_read_and_followed_through_the_api_server(kube_api, namespace, cw_env, tmp_path, wait_for):
+    # KWOK serves one fixed log file for every container (ClusterLogs); following ends with the pod.
+    config = write_config(tmp_path, SFT_CONFIG)
+    assert run_cw(cw_env, "trl", "sft", str(config), "--gpu", "1", "--name", "logged", "-n", namespace).returncode == 0
+    result = run_cw(cw_env, "logs", "logged", "-f", "-n", namespace, timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert "KWOK fake node" in result.stdout
+    assert len(result.stdout.splitlines()) == len(set(result.stdout.splitlines())), "a line was repeated"
+    missing = run_cw(cw_env, "logs", "logged", "--role", "server", "-n", namespace)
+    assert missing.returncode == 4 and "no server pod" in missing.stderr
