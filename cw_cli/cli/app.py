@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Optional
 
 import typer
 
@@ -12,14 +12,6 @@ from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.output import err, out
 from cw_cli.cli.run import make_run_command
 from cw_cli.frameworks.registry import FrameworkRegistry
-
-app = typer.Typer(
-    name="cw",
-    help="Launch LLM post-training runs (SFT, DPO, GRPO) on a Kubernetes GPU cluster.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
 
 NamespaceOption = Annotated[Optional[str], typer.Option("--namespace", "-n", help="Namespace (default: the context's).")]
 ContextOption = Annotated[Optional[str], typer.Option("--context", help="kubeconfig context.")]
@@ -31,7 +23,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def root(
     debug: Annotated[bool, typer.Option("--debug", help="Show details and tracebacks of errors.")] = False,
     version: Annotated[
@@ -61,7 +52,6 @@ def _age(created: "object") -> str:
     return f"{seconds}s"
 
 
-@app.command("list")
 @handle_errors
 def list_command(namespace: NamespaceOption = None, context: ContextOption = None) -> None:
     """List the runs in the namespace, with state, GPUs and age."""
@@ -80,7 +70,6 @@ def list_command(namespace: NamespaceOption = None, context: ContextOption = Non
     out().print(table)
 
 
-@app.command("status")
 @handle_errors
 def status_command(run: str, namespace: NamespaceOption = None, context: ContextOption = None) -> None:
     """Show a run's Job, pods and services; say why a pod is Pending."""
@@ -104,7 +93,6 @@ def status_command(run: str, namespace: NamespaceOption = None, context: Context
         console.print(f"[yellow]{escape(problem)}[/]")
 
 
-@app.command("logs")
 @handle_errors
 def logs_command(
     run: str,
@@ -131,7 +119,6 @@ def logs_command(
         stdout.flush()
 
 
-@app.command("delete")
 @handle_errors
 def delete_command(run: str, namespace: NamespaceOption = None, context: ContextOption = None) -> None:
     """Delete every object of a run (and nothing else)."""
@@ -141,23 +128,25 @@ def delete_command(run: str, namespace: NamespaceOption = None, context: Context
     err().print(f"deleted {', '.join(deleted)}")
 
 
-@app.command("frameworks")
-@handle_errors
-def frameworks_command() -> None:
-    """List the frameworks (built-in and plugins) and the plugins that failed to load."""
-    from rich.markup import escape
-    from rich.table import Table
+def make_frameworks_command(registry: FrameworkRegistry) -> Callable[[], None]:
+    """`cw frameworks` for a given registry."""
 
-    registry = _registry()
-    table = Table("FRAMEWORK", "TYPES", "VERSION", "SOURCE", "DESCRIPTION", box=None)
-    for loaded in registry.all():
-        table.add_row(loaded.name, ", ".join(loaded.types), loaded.plugin.version, loaded.source, loaded.plugin.description)
-    out().print(table)
-    for failure in registry.failures:
-        err().print(f"[red]failed to load[/] {escape(failure.source)}: {escape(failure.error)}")
+    @handle_errors
+    def frameworks_command() -> None:
+        """List the frameworks (built-in and plugins) and the plugins that failed to load."""
+        from rich.markup import escape
+        from rich.table import Table
+
+        table = Table("FRAMEWORK", "TYPES", "VERSION", "SOURCE", "DESCRIPTION", box=None)
+        for loaded in registry.all():
+            table.add_row(loaded.name, ", ".join(loaded.types), loaded.plugin.version, loaded.source, loaded.plugin.description)
+        out().print(table)
+        for failure in registry.failures:
+            err().print(f"[red]failed to load[/] {escape(failure.source)}: {escape(failure.error)}")
+
+    return frameworks_command
 
 
-@app.command("schema")
 def schema_command() -> None:
     """Print the JSON Schema of cw's config fields (for editors)."""
     import json
@@ -171,17 +160,7 @@ def schema_command() -> None:
     out().file.write(json.dumps(schema, indent=2) + "\n")
 
 
-_REGISTRY: FrameworkRegistry | None = None
-
-
-def _registry() -> FrameworkRegistry:
-    global _REGISTRY
-    if _REGISTRY is None:
-        _REGISTRY = FrameworkRegistry().load_all()
-    return _REGISTRY
-
-
-def _add_framework_commands(registry: FrameworkRegistry) -> None:
+def _add_framework_commands(app: typer.Typer, registry: FrameworkRegistry) -> None:
     for loaded in registry.all():
         sub = typer.Typer(help=loaded.plugin.description, no_args_is_help=True)
         for type_name, training_type in loaded.types.items():
@@ -192,7 +171,7 @@ def _add_framework_commands(registry: FrameworkRegistry) -> None:
         app.add_typer(sub, name=loaded.name)
 
 
-def _add_cluster_commands() -> None:
+def _add_cluster_commands(app: typer.Typer) -> None:
     try:
         from cw_cli.cli.cluster import cluster_app
     except ImportError:
@@ -200,12 +179,31 @@ def _add_cluster_commands() -> None:
     app.add_typer(cluster_app, name="cluster", help="A local test cluster (real control plane, fake GPU nodes).")
 
 
+def build_app(registry: FrameworkRegistry) -> typer.Typer:
+    """A fresh `cw` application whose framework commands come from ``registry``."""
+    app = typer.Typer(
+        name="cw",
+        help="Launch LLM post-training runs (SFT, DPO, GRPO) on a Kubernetes GPU cluster.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    app.callback()(root)
+    app.command("list")(list_command)
+    app.command("status")(status_command)
+    app.command("logs")(logs_command)
+    app.command("delete")(delete_command)
+    app.command("frameworks")(make_frameworks_command(registry))
+    app.command("schema")(schema_command)
+    _add_framework_commands(app, registry)
+    _add_cluster_commands(app)
+    return app
+
+
 def main() -> None:
     """Console-script entry point."""
-    registry = _registry()
-    _add_framework_commands(registry)
-    _add_cluster_commands()
+    registry = FrameworkRegistry().load_all()
     try:
-        app()
+        build_app(registry)()
     finally:
         registry.cleanup()

@@ -133,7 +133,7 @@ class FrameworkRegistry:
     def load_all(self, *, include_plugins: bool = True) -> "FrameworkRegistry":
         """Load the built-ins, then plugin folders, then entry points (unless disabled)."""
         for target in BUILTIN_TARGETS:
-            self._try(f"built-in ({target.partition(':')[0]})", lambda t=target: _import_target(t))
+            self._try("built-in", lambda t=target: _import_target(t))
         if not include_plugins or os.environ.get(DISABLE_PLUGINS_ENV):
             return self
         folder = plugins_dir()

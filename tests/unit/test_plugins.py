@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import textwrap
 
 import pytest
 import yaml
 from typer.testing import CliRunner
+
+from cw_cli.frameworks.registry import FrameworkRegistry
 
 GOOD_PLUGIN = '''
 from pathlib import Path
@@ -188,21 +189,18 @@ def test_plugin_required_keys_are_enforced(registry, tmp_path):
         load_run_config(path, loaded.framework, training_type, [], FlagOverrides())
 
 
-# The CLI, through typer's CliRunner. cw_cli.cli.app builds its commands on a module-level app in
-# main(), with a module-level registry cache, so each test reloads the module for a fresh app.
+# The CLI, through typer's CliRunner: a fresh app built from a registry that sees the plugins.
 
 
 @pytest.fixture
 def cli(plugins_dir):
-    import cw_cli.cli.app as app_module
+    from cw_cli.cli.app import build_app
 
-    app_module = importlib.reload(app_module)
-    app_module._add_framework_commands(app_module._registry())
-    app_module._add_cluster_commands()
+    app = build_app(FrameworkRegistry().load_all())
     runner = CliRunner()
 
     def invoke(*args):
-        return runner.invoke(app_module.app, list(args), catch_exceptions=False)
+        return runner.invoke(app, list(args), catch_exceptions=False)
 
     return invoke
 
