@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Optional
 
 import typer
 
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.output import err, out
 from cw_cli.frameworks.registry import FrameworkRegistry
+
+if TYPE_CHECKING:  # the kubernetes-backed modules load only when a command needs the cluster
+    from cw_cli.k8s.connection import Kube
+    from cw_cli.render.plan import Plan
 
 
 def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name: str) -> Callable[..., None]:
@@ -68,7 +72,7 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
 
 
 def _apply(
-    plan: "object",
+    plan: Plan,
     context: str | None,
     namespace: str | None,
     server_dry_run: bool,
@@ -78,12 +82,11 @@ def _apply(
 ) -> None:
     from rich.markup import escape
 
+    from cw_cli.errors import RunFailed
     from cw_cli.k8s.connection import ClusterTarget, connect
     from cw_cli.k8s.launch import launch, wait_for_deployments
     from cw_cli.k8s.operations import wait_for_run
-    from cw_cli.render.plan import Plan
 
-    assert isinstance(plan, Plan)
     kube = connect(ClusterTarget(context=context, namespace=namespace))
     console = err()
 
@@ -102,5 +105,19 @@ def _apply(
         wait_for_deployments(kube, plan.run_name, plan.service_deployments, timeout or 1800, progress)
         console.print("[green]services are Ready[/]")
     elif wait and plan.trainer_job:
-        wait_for_run(kube, plan.trainer_job, timeout, progress)
+        try:
+            wait_for_run(kube, plan.trainer_job, timeout, progress)
+        except RunFailed:
+            _stop_services_of_finished_run(kube, plan, progress)
+            raise
+        _stop_services_of_finished_run(kube, plan, progress)
         console.print(f"[green]run {plan.run_name} succeeded[/]")
+
+
+def _stop_services_of_finished_run(kube: Kube, plan: Plan, progress: Callable[[str], None]) -> None:
+    """Once the trainer has ended, its servers would hold their GPUs until the Job's TTL."""
+    from cw_cli.k8s.operations import stop_services
+
+    stopped = stop_services(kube, plan.run_name) if plan.service_deployments else []
+    if stopped:
+        progress(f"stopped {', '.join(stopped)} (scaled to 0; `cw delete {plan.run_name}` removes the rest)")

@@ -32,6 +32,17 @@ def delete_run(kube: Kube, run_name: str) -> list[str]:
     return deleted
 
 
+def stop_services(kube: Kube, run_name: str) -> list[str]:
+    """Scale a run's servers to zero replicas so they free their GPUs; return their names."""
+    stopped = []
+    for deployment in kube.list("Deployment", run_selector(run_name)):
+        name = deployment["metadata"]["name"]
+        if deployment["spec"].get("replicas", 1):
+            kube.merge_patch("Deployment", name, {"spec": {"replicas": 0}})
+            stopped.append(name)
+    return stopped
+
+
 def wait_for_run(
     kube: Kube, job_name: str, timeout_s: float | None = None, progress: Progress = lambda _: None, poll_s: float = 2.0
 ) -> str:

@@ -177,6 +177,28 @@ def _spread_affinity(labels: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def _pack_services_affinity(labels: dict[str, str], roles: list[str]) -> dict[str, Any]:
+    """Prefer putting a run's servers on one node, so whole nodes stay free for the trainer."""
+    return {
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {
+                            "matchLabels": {"app.kubernetes.io/instance": labels["app.kubernetes.io/instance"]},
+                            "matchExpressions": [
+                                {"key": "app.kubernetes.io/component", "operator": "In", "values": roles}
+                            ],
+                        },
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
+    }
+
+
 def build_plan(request: RunRequest) -> Plan:
     """Render every manifest of a run.
 
@@ -296,6 +318,7 @@ def build_plan(request: RunRequest) -> Plan:
             "env": _env({**base_env, **service.env}, secret_refs),
             "resources": _resources(service.gpus, service.cpu, service.memory),
             "shm_size": _shm_size(cluster.shm_size, service.memory),
+            "affinity": _pack_services_affinity(labels, [s.role for s in services]),
             # Servers read the volume only to load a model kept there (a ReadWriteOnce claim
             # cannot follow them to other nodes otherwise).
             "checkpoint_volume": cluster.checkpoint_volume if f"{CHECKPOINT_MOUNT}/" in " ".join(service.command) else None,

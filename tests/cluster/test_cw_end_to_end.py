@@ -128,6 +128,9 @@ def test_multi_service_trainer_starts_only_after_its_services_are_ready(kube_api
         assert available.last_transition_time <= job.status.start_time, f"{name} became Ready after the trainer started"
     stderr = result.stderr
     assert stderr.index("is Ready") < stderr.index("started Job grpo-full-trainer")
+    # --wait stopped the servers once the trainer finished, freeing their GPUs.
+    replicas = [apps.read_namespaced_deployment(f"grpo-full-{r}", namespace).spec.replicas for r in ("server", "reward")]
+    assert replicas == [0, 0] and "stopped grpo-full-" in stderr
 
 
 def test_two_nodes_of_eight_gpus_put_one_pod_on_each_gpu_node(kube_api, namespace, cw_env, tmp_path, wait_for):
@@ -269,3 +272,19 @@ def test_logs_are_read_and_followed_through_the_api_server(kube_api, namespace, 
     assert len(result.stdout.splitlines()) == len(set(result.stdout.splitlines())), "a line was repeated"
     missing = run_cw(cw_env, "logs", "logged", "--role", "server", "-n", namespace)
     assert missing.returncode == 4 and "no server pod" in missing.stderr
+
+
+def test_a_full_node_trainer_and_two_servers_fit_two_gpu_nodes(kube_api, namespace, cw_env, tmp_path, wait_for):
+    # The servers prefer one node together, so the 8-GPU trainer still finds a whole node.
+    config = write_config(tmp_path, {**GRPO_CONFIG, "gpu": 8})
+    result = run_cw(cw_env, "trl", "grpo", str(config), "--name", "packed", "-n", namespace, timeout=180)
+    assert result.returncode == 0, result.stderr
+    core = client.CoreV1Api(kube_api)
+
+    def placed():
+        pods = core.list_namespaced_pod(namespace, label_selector="cw-cli.dev/run=packed").items
+        nodes = {p.metadata.labels["app.kubernetes.io/component"]: p.spec.node_name for p in pods}
+        return len(nodes) == 3 and all(nodes.values()) and nodes
+
+    nodes = wait_for(placed, 30, what="the trainer and both servers to be scheduled")
+    assert nodes["server"] == nodes["reward"] != nodes["trainer"]
