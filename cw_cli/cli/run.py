@@ -52,6 +52,8 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
         from cw_cli.render.plan import RunRequest, build_plan
 
         loaded, training_type = registry.resolve_type(framework_name, type_name)
+        if local and gpu is None:
+            gpu = _local_gpu_count()  # the config's GPU count is for cluster nodes, not this machine
         flags = FlagOverrides(gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull or None)
         run_config = load_run_config(config, loaded.framework, training_type, set_ or [], flags)
         run_name = validate_run_name(name) if name else generate_run_name(framework_name, training_type.value, config.stem)
@@ -69,6 +71,21 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
 
     command.__doc__ = f"Run `{framework_name} {type_name}` on the cluster."
     return command
+
+
+def _local_gpu_count() -> int:
+    """GPUs on this machine, without importing torch: CUDA_VISIBLE_DEVICES, else nvidia-smi."""
+    import os
+    import shutil
+    import subprocess
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip()])
+    if not shutil.which("nvidia-smi"):
+        return 0
+    listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
 
 
 def _apply(
