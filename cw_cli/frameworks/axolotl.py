@@ -8,6 +8,7 @@ from cw_cli import __version__
 from cw_cli.frameworks.base import CONFIG_FILE, BaseTrainingFramework, RunContext, ServiceDef, TrainingType
 from cw_cli.frameworks.launch import accelerate_args
 from cw_cli.frameworks.plugin import SimplePlugin
+from cw_cli.frameworks.servers import server_sizing
 
 AXOLOTL_IMAGE = "axolotlai/axolotl:0.21.0"
 VLLM_PORT = 8000
@@ -43,34 +44,25 @@ class AxolotlFramework(BaseTrainingFramework):
             problems.append(f"`rl: {native['rl']}` is an RL method; run it with `cw axolotl grpo`")
         return problems
 
-    def _server_port(self, context: RunContext) -> int:
-        server = context.cluster.services.get("server")
-        return (server.port if server else None) or VLLM_PORT
-
-    def _server_gpus(self, context: RunContext) -> tuple[int, int]:
-        server = context.cluster.services.get("server")
-        gpus = server.gpu if server and server.gpu is not None else 1
-        tensor_parallel = server.tensor_parallel_size if server and server.tensor_parallel_size else 1
-        return gpus, tensor_parallel
-
     def prepare_config(self, native: dict[str, Any], context: RunContext) -> dict[str, Any]:
         config = dict(native)
         config.setdefault("output_dir", context.output_dir)
         if context.training_type is TrainingType.GRPO:
-            gpus, tensor_parallel = self._server_gpus(context)
+            server = server_sizing(context, "server", VLLM_PORT)
             config["rl"] = "grpo"
+            # `axolotl vllm-serve` reads the `vllm:` block; the trainer finds it through `trl:`.
             config["vllm"] = {
                 **(native.get("vllm") or {}),
                 "host": "0.0.0.0",
-                "port": self._server_port(context),
-                "tensor_parallel_size": tensor_parallel,
-                "data_parallel_size": max(1, gpus // tensor_parallel),
+                "port": server.port,
+                "tensor_parallel_size": server.tensor_parallel,
+                "data_parallel_size": server.data_parallel,
             }
             config["trl"] = {
                 **(native.get("trl") or {}),
                 "use_vllm": True,
                 "vllm_server_host": context.names["server"],
-                "vllm_server_port": self._server_port(context),
+                "vllm_server_port": server.port,
             }
         return config
 
@@ -83,20 +75,9 @@ class AxolotlFramework(BaseTrainingFramework):
     def services(self, native: dict[str, Any], context: RunContext) -> list[ServiceDef]:
         if context.training_type is not TrainingType.GRPO:
             return []
-        spec = context.cluster.services.get("server")
-        gpus, _ = self._server_gpus(context)
-        return [
-            ServiceDef(
-                role="server",
-                image=(spec.image if spec and spec.image else context.cluster.image or AXOLOTL_IMAGE),
-                command=["axolotl", "vllm-serve", CONFIG_FILE, *(spec.args if spec else [])],
-                port=self._server_port(context),
-                gpus=gpus,
-                cpu=spec.cpu if spec else None,
-                memory=spec.memory if spec else None,
-                health_path="/health/",
-            )
-        ]
+        server = server_sizing(context, "server", VLLM_PORT)
+        image = context.cluster.image or AXOLOTL_IMAGE
+        return [server.service(image, ["axolotl", "vllm-serve", CONFIG_FILE], "/health/")]
 
 
 def get_plugin() -> SimplePlugin:

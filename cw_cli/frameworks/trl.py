@@ -16,6 +16,7 @@ from cw_cli.frameworks.base import (
 )
 from cw_cli.frameworks.launch import accelerate_args
 from cw_cli.frameworks.plugin import SimplePlugin
+from cw_cli.frameworks.servers import server_sizing
 from cw_cli.frameworks.runtime_files import (
     LAUNCHER_FILE,
     REWARD_CLIENT_FILE,
@@ -78,7 +79,7 @@ class TRLFramework(BaseTrainingFramework):
                 use_vllm=True,
                 vllm_mode="server",
                 vllm_server_host=context.names["server"],
-                vllm_server_port=self._server_port(context),
+                vllm_server_port=server_sizing(context, "server", VLLM_PORT).port,
             )
         if self._uses_reward_server(context):
             funcs = config.get("reward_funcs") or []
@@ -108,83 +109,42 @@ class TRLFramework(BaseTrainingFramework):
 
     def trainer_env(self, context: RunContext) -> dict[str, str]:
         if self._uses_reward_server(context):
-            return {REWARD_URL_ENV: f"http://{context.names['reward']}:{self._reward_port(context)}"}
+            port = server_sizing(context, "reward", REWARD_PORT).port
+            return {REWARD_URL_ENV: f"http://{context.names['reward']}:{port}"}
         return {}
-
-    def _server_port(self, context: RunContext) -> int:
-        server = context.cluster.services.get("server")
-        return (server.port if server else None) or VLLM_PORT
-
-    def _reward_port(self, context: RunContext) -> int:
-        reward = context.cluster.services.get("reward")
-        return (reward.port if reward else None) or REWARD_PORT
 
     def services(self, native: dict[str, Any], context: RunContext) -> list[ServiceDef]:
         services: list[ServiceDef] = []
-        image = context.cluster.image or TRL_IMAGE
         if self._uses_generation_server(native, context):
-            spec = context.cluster.services.get("server")
-            gpus = spec.gpu if spec and spec.gpu is not None else 1
-            tensor_parallel = spec.tensor_parallel_size if spec and spec.tensor_parallel_size else 1
-            port = self._server_port(context)
-            services.append(
-                ServiceDef(
-                    role="server",
-                    image=(spec.image if spec and spec.image else VLLM_IMAGE),
-                    command=[
-                        "vllm",
-                        "serve",
-                        str(native["model_name_or_path"]),
-                        "--tensor-parallel-size",
-                        str(tensor_parallel),
-                        "--data-parallel-size",
-                        str(max(1, gpus // tensor_parallel)),
-                        "--host",
-                        "0.0.0.0",
-                        "--port",
-                        str(port),
-                        # The weight-sync and logprob settings TRL's server mode relies on.
-                        "--weight-transfer-config",
-                        '{"backend":"nccl"}',
-                        "--logprobs-mode",
-                        "processed_logprobs",
-                        "--max-logprobs",
-                        "-1",
-                        *(spec.args if spec else []),
-                    ],
-                    port=port,
-                    gpus=gpus,
-                    cpu=spec.cpu if spec else None,
-                    memory=spec.memory if spec else None,
-                    health_path="/health",
-                    env={"VLLM_SERVER_DEV_MODE": "1"},
-                )
-            )
+            server = server_sizing(context, "server", VLLM_PORT)
+            # What `trl vllm-serve` (deprecated in TRL 1.16) runs: vLLM with the weight-sync and
+            # logprob settings TRL's server mode relies on.
+            command = [
+                "vllm",
+                "serve",
+                str(native["model_name_or_path"]),
+                *server.parallel_args(),
+                "--weight-transfer-config",
+                '{"backend":"nccl"}',
+                "--logprobs-mode",
+                "processed_logprobs",
+                "--max-logprobs",
+                "-1",
+            ]
+            services.append(server.service(VLLM_IMAGE, command, "/health", {"VLLM_SERVER_DEV_MODE": "1"}))
         if self._uses_reward_server(context):
-            spec = context.cluster.services["reward"]
-            port = self._reward_port(context)
-            services.append(
-                ServiceDef(
-                    role="reward",
-                    image=spec.image or image,
-                    command=[
-                        "python",
-                        f"/etc/cw/{REWARD_SERVER_FILE}",
-                        "--model",
-                        str(spec.model),
-                        "--host",
-                        "0.0.0.0",
-                        "--port",
-                        str(port),
-                        *spec.args,
-                    ],
-                    port=port,
-                    gpus=spec.gpu if spec.gpu is not None else 1,
-                    cpu=spec.cpu,
-                    memory=spec.memory,
-                    health_path="/health",
-                )
-            )
+            reward = server_sizing(context, "reward", REWARD_PORT)
+            command = [
+                "python",
+                f"{CONFIG_MOUNT}/{REWARD_SERVER_FILE}",
+                "--model",
+                str(context.cluster.services["reward"].model),
+                "--host",
+                "0.0.0.0",
+                "--port",
+                str(reward.port),
+            ]
+            services.append(reward.service(context.cluster.image or TRL_IMAGE, command, "/health"))
         return services
 
 

@@ -16,6 +16,7 @@ from cw_cli.frameworks.base import (
 )
 from cw_cli.frameworks.launch import accelerate_args
 from cw_cli.frameworks.plugin import SimplePlugin
+from cw_cli.frameworks.servers import server_sizing
 from cw_cli.frameworks.runtime_files import user_file
 
 VERIFIERS_IMAGE = "vllm/vllm-openai:v0.11.0"
@@ -48,16 +49,12 @@ class VerifiersFramework(BaseTrainingFramework):
             problems.append(f"`accelerate_config: {accelerate}` is not one of {', '.join(ACCELERATE_CONFIGS)}")
         return problems
 
-    def _server_port(self, context: RunContext) -> int:
-        server = context.cluster.services.get("server")
-        return (server.port if server else None) or VLLM_PORT
-
     def prepare_config(self, native: dict[str, Any], context: RunContext) -> dict[str, Any]:
         config = dict(native)
         config["script"] = Path(str(native["script"])).name
         config.setdefault("output_dir", context.output_dir)
         config["vllm_server_host"] = context.names["server"]
-        config["vllm_server_port"] = self._server_port(context)
+        config["vllm_server_port"] = server_sizing(context, "server", VLLM_PORT).port
         return config
 
     def config_files(self, native: dict[str, Any], context: RunContext, base_dir: Path) -> dict[str, str]:
@@ -82,35 +79,9 @@ class VerifiersFramework(BaseTrainingFramework):
         return {"CW_CONFIG": f"{CONFIG_MOUNT}/config.yaml"}
 
     def services(self, native: dict[str, Any], context: RunContext) -> list[ServiceDef]:
-        spec = context.cluster.services.get("server")
-        gpus = spec.gpu if spec and spec.gpu is not None else 1
-        tensor_parallel = spec.tensor_parallel_size if spec and spec.tensor_parallel_size else 1
-        port = self._server_port(context)
-        return [
-            ServiceDef(
-                role="server",
-                image=(spec.image if spec and spec.image else context.cluster.image or VERIFIERS_IMAGE),
-                command=[
-                    "vf-vllm",
-                    "--model",
-                    str(native["model"]),
-                    "--tensor-parallel-size",
-                    str(tensor_parallel),
-                    "--data-parallel-size",
-                    str(max(1, gpus // tensor_parallel)),
-                    "--host",
-                    "0.0.0.0",
-                    "--port",
-                    str(port),
-                    *(spec.args if spec else []),
-                ],
-                port=port,
-                gpus=gpus,
-                cpu=spec.cpu if spec else None,
-                memory=spec.memory if spec else None,
-                health_path="/health",
-            )
-        ]
+        server = server_sizing(context, "server", VLLM_PORT)
+        command = ["vf-vllm", "--model", str(native["model"]), *server.parallel_args()]
+        return [server.service(context.cluster.image or VERIFIERS_IMAGE, command, "/health")]
 
 
 def get_plugin() -> SimplePlugin:
