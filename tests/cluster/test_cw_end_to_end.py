@@ -11,10 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 SFT_CONFIG = {
     "model_name_or_path": "Qwen/Qwen2.5-0.5B",

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -32,7 +32,7 @@ def test_cw_local_trains_the_example_sft_config_on_cpu(tiny_model, sft_dataset, 
     args = [sys.executable, "-m", "cw_cli", "trl", "sft", str(CONFIGS_DIR / "trl-sft.yaml"), "--local", "--name", "cli-local"]
     for key, value in sets.items():
         args += ["--set", f"{key}={value}"]
-    env = {**__import__("os").environ, **OFFLINE_ENV, "CUDA_VISIBLE_DEVICES": ""}
+    env = {**os.environ, **OFFLINE_ENV, "CUDA_VISIBLE_DEVICES": ""}
     result = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     assert "running locally: " in result.stderr and "--num_processes 1" in result.stderr
