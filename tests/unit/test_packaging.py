@@ -1,0 +1,31 @@
+"""A non-editable install ships every template and pod-side file (the predecessor lost subfolders)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_wheel_contains_every_template_and_runtime_file(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
+    wheel = next(tmp_path.glob("cw_cli-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {
+        f"cw_cli/kubeconfigs/{path.relative_to(ROOT / 'kubeconfigs').as_posix()}"
+        for path in (ROOT / "kubeconfigs").rglob("*")
+        if path.is_file()
+    }
+    expected |= {f"cw_cli/runtime/{path.name}" for path in (ROOT / "cw_cli" / "runtime").glob("*.py")}
+    assert any(name.startswith("cw_cli/kubeconfigs/common/") for name in expected)
+    missing = sorted(expected - names)
+    assert not missing, f"missing from the wheel: {missing}"
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "cw = cw_cli.cli.app:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
