@@ -257,3 +257,65 @@ def test_local_status_reports_running(kube_cluster):
     assert st.running, st
     assert [p.name for p in st.processes] == list(lc.cluster.COMPONENTS)
     assert sum(1 for n in st.nodes if n.gpus == "8" and n.ready) >= 2
+
+
+def test_pod_logs_from_own_file_with_follow(kube_api, kube_cluster, namespace, wait_for, tmp_path):
+    """A kwok `Logs` object (name = pod) points a container's log at a CRI-format file of the
+    test's own; follow=True streams lines appended later (local cluster only: kwok reads the file)."""
+    if not kube_cluster.local:
+        pytest.skip("needs kwok on this machine to read the log file")
+    import queue
+    import threading
+
+    core, custom = client.CoreV1Api(kube_api), client.CustomObjectsApi(kube_api)
+    core.create_namespaced_pod(namespace, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="streamer"),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="main", image="busybox:1.36")])))
+    log = tmp_path / "main.log"
+    log.write_text("2026-01-01T00:00:00.000000000Z stdout F step 1 loss 2.0\n")
+    custom.create_namespaced_custom_object("kwok.x-k8s.io", "v1alpha1", namespace, "logs", {
+        "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
+        "metadata": {"name": "streamer", "namespace": namespace},
+        "spec": {"logs": [{"containers": ["main"], "logsFile": str(log), "follow": True}]},
+    })
+    wait_for(lambda: core.read_namespaced_pod_status("streamer", namespace).status.phase == "Running",
+             30, what="pod running")
+    wait_for(lambda: "step 1 loss 2.0" in core.read_namespaced_pod_log("streamer", namespace), 30,
+             what="own log file served")
+
+    # A follow stream holds its connection open: use a client of its own, a read timeout, and
+    # close it at the end (a shared pool would block on that connection later).
+    from kubernetes import config as kconfig
+
+    stream_client = kconfig.new_client_from_config(
+        config_file=str(kube_cluster.kubeconfig), context=kube_cluster.context)
+    lines: queue.Queue = queue.Queue()
+    resp = client.CoreV1Api(stream_client).read_namespaced_pod_log(
+        "streamer", namespace, follow=True, _preload_content=False, _request_timeout=(5, 10))
+
+    def reader():
+        try:
+            for chunk in resp.stream(64):
+                lines.put(chunk.decode())
+        except Exception:  # noqa: BLE001 - read timeout or closed connection ends the stream
+            pass
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    try:
+        time.sleep(0.5)
+        with log.open("a") as fh:
+            fh.write("2026-01-01T00:00:01.000000000Z stdout F step 2 loss 1.5\n")
+        seen, deadline = "", time.monotonic() + 15
+        while "step 2 loss 1.5" not in seen and time.monotonic() < deadline:
+            try:
+                seen += lines.get(timeout=0.5)
+            except queue.Empty:
+                pass
+    finally:
+        if hasattr(resp, "shutdown"):
+            resp.shutdown()  # urllib3 >= 2.3: unblocks the reader thread
+        resp.close()
+        t.join(15)
+        stream_client.close()
+    assert "step 1 loss 2.0" in seen and "step 2 loss 1.5" in seen, seen
