@@ -36,13 +36,16 @@ ConfigLoader.add_implicit_resolver(
 def parse_scalar(text: str) -> object:
     """Type a command-line value the way the config file would (``1e-5`` -> float, ``true`` -> bool).
 
-    A value YAML reads as a string is kept exactly as typed (newlines, ``#`` and all).
+    A value YAML reads as a string is kept exactly as typed (newlines, ``#`` and all), unless
+    it is quoted: ``'0123'`` is how a number-like value is forced to be a string.
     """
     try:
         value = yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - ConfigLoader is a SafeLoader
     except yaml.YAMLError:
         return text
-    return text if isinstance(value, str) else value
+    if isinstance(value, str) and not text.strip().startswith(("'", '"')):
+        return text
+    return value
 
 
 @dataclass

@@ -139,3 +139,12 @@ def test_native_defaults_lose_to_the_file_and_to_set(tmp_path):
     path = write_config(tmp_path, {**base, "auto_resume_from_checkpoints": False})
     assert load("axolotl", "sft", path).native["auto_resume_from_checkpoints"] is False
     assert load("axolotl", "sft", path, ["auto_resume_from_checkpoints=true"]).native["auto_resume_from_checkpoints"] is True
+
+
+def test_quoted_set_value_is_a_string_and_unquoted_text_stays_raw():
+    from cw_cli.config.yaml_source import parse_scalar
+
+    assert parse_scalar("'0123'") == "0123"
+    assert parse_scalar('"a: b"') == "a: b"
+    assert parse_scalar("a # not a comment") == "a # not a comment"
+    assert parse_scalar("1e-5") == 1e-5
