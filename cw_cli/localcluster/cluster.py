@@ -286,11 +286,14 @@ def up(
     timeout: float = 180.0,
     set_current_context: bool = True,
     on_progress: Callable[[str], None] | None = None,
+    owner_pid: int | None = None,
 ) -> ClusterInfo:
     """Start the local cluster (idempotent: a healthy running cluster is returned as is).
 
     Builds missing binaries first when `build` (cold: tens of minutes). Merges context `cw-local`
     into `kubeconfig` (default: first $KUBECONFIG path or ~/.kube/config) and makes it current.
+    `owner_pid`: also start a watchdog that runs `down()` once that process is gone (tests use
+    their own pid, so a killed test run never leaks a cluster).
     Raises StartError (with the failing component's log path) or BuildError.
     """
     say = on_progress or (lambda _m: None)
@@ -348,6 +351,19 @@ def up(
     except BaseException:
         down(state, keep_state=True)
         raise
+    if owner_pid is not None:
+        st_owner = procs._stat(owner_pid)
+        if st_owner is None:
+            down(state)
+            raise StartError(f"owner process {owner_pid} does not exist")
+        import sys
+
+        procs.spawn("watchdog", [sys.executable, "-m", "cw_cli.localcluster.watchdog",
+                                 str(owner_pid), str(st_owner[1]), str(state)],
+                    state / "logs" / "watchdog.log", state / "pids",
+                    env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                        [str(Path(__file__).resolve().parents[2])]
+                        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])))
     info.build_seconds = build_seconds
     info.built = list(bins.built)
     info.start_seconds = round(time.monotonic() - t0, 1)
@@ -524,8 +540,8 @@ def down(state_dir: str | Path | None = None, timeout: float = 10.0,
     info = _load_info(state)
     recs = procs.load_records(state / "pids")
     order = {n: i for i, n in enumerate(COMPONENTS)}
-    recs.sort(key=lambda r: -order.get(r.name, -1))
-    stopped = {r.name: procs.stop(r, timeout) for r in recs}
+    recs.sort(key=lambda r: -order.get(r.name, len(COMPONENTS)))  # watchdog first, etcd last
+    stopped = {r.name: procs.stop(r, timeout) for r in recs if r.pid != os.getpid()}
     cleaned = None
     if info is not None and not keep_state:
         kc = Path(info.kubeconfig)

@@ -58,8 +58,10 @@ def kube_cluster(tmp_path_factory) -> KubeCluster:
     state, kubeconfig = base / "state", base / "kubeconfig"
     t0 = time.monotonic()
     try:
+        # owner_pid: a watchdog stops the cluster if this pytest is killed before teardown.
         info = lc.up(state_dir=state, kubeconfig=kubeconfig, gpu_nodes=2, cpu_nodes=1,
-                     timeout=float(os.environ.get("CW_TEST_CLUSTER_TIMEOUT", "180")))
+                     timeout=float(os.environ.get("CW_TEST_CLUSTER_TIMEOUT", "180")),
+                     owner_pid=os.getpid())
     except lc.LocalClusterError as e:
         pytest.fail(f"local Kubernetes cluster did not start: {e}", pytrace=False)
     print(f"\nlocal cluster up in {time.monotonic() - t0:.1f}s at {info.server} "
