@@ -2,7 +2,9 @@
 
 `kube_cluster` (session): uses $CW_TEST_KUBECONFIG when set (current context of that file),
 otherwise starts cw's local cluster (cw_cli.localcluster) in a temp state dir with its own
-kubeconfig file, and stops it (by PID) at the end. A cluster that cannot start fails the tests.
+kubeconfig file (never ~/.kube/config), and stops it (by PID) at the end; a watchdog stops it
+too if pytest is killed. A cluster that cannot start fails the tests. Env: CW_TEST_GPU_NODES
+(default 2 fake 8-GPU nodes, plus 1 CPU node), CW_TEST_CLUSTER_TIMEOUT (start timeout, 180 s).
 Every test in this folder is marked `cluster`.
 """
 
@@ -59,7 +61,8 @@ def kube_cluster(tmp_path_factory) -> KubeCluster:
     t0 = time.monotonic()
     try:
         # owner_pid: a watchdog stops the cluster if this pytest is killed before teardown.
-        info = lc.up(state_dir=state, kubeconfig=kubeconfig, gpu_nodes=2, cpu_nodes=1,
+        gpu_nodes = int(os.environ.get("CW_TEST_GPU_NODES", "2"))
+        info = lc.up(state_dir=state, kubeconfig=kubeconfig, gpu_nodes=gpu_nodes, cpu_nodes=1,
                      timeout=float(os.environ.get("CW_TEST_CLUSTER_TIMEOUT", "180")),
                      owner_pid=os.getpid())
     except lc.LocalClusterError as e:
