@@ -2,7 +2,8 @@
 # Build the local test cluster binaries (kube-apiserver, kube-controller-manager,
 # kube-scheduler, etcd, kwok) from the pinned Go builder modules in tools/*/.
 #
-# Usage: tools/build.sh [all|k8s|etcd|kwok]...
+# Usage: tools/build.sh [all|k8s|etcd|kwok|check]...
+#   check: verify tools/*/go.mod pin the versions of versions.env (no build)
 # Output: ${CW_CACHE_DIR:-~/.cache/cw}/bin/<component>-<version>/<binary>
 # Only missing binaries are built (a warm run takes well under a second).
 # Set CW_FORCE_BUILD=1 to rebuild.
@@ -46,6 +47,18 @@ build_kwok() {
   rm -rf "${out}"; mv "${out}.tmp" "${out}"
 }
 
+check() {
+  local bad=0
+  grep -q "^require k8s.io/kubernetes ${KUBERNETES_VERSION}\$" "${here}/k8s/go.mod" || { echo "tools/k8s/go.mod does not require k8s.io/kubernetes ${KUBERNETES_VERSION}" >&2; bad=1; }
+  local staging="v0.${KUBERNETES_VERSION#v1.}"
+  if grep -E '^\s+k8s\.io/[a-z-]+ => k8s\.io/[a-z-]+ v' "${here}/k8s/go.mod" | grep -vq " ${staging}\$"; then
+    echo "tools/k8s/go.mod: a staging replace is not ${staging}" >&2; bad=1
+  fi
+  grep -q "^require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}\$" "${here}/etcd/go.mod" || { echo "tools/etcd/go.mod does not require etcd ${ETCD_VERSION}" >&2; bad=1; }
+  grep -q "^require sigs.k8s.io/kwok ${KWOK_VERSION}\$" "${here}/kwok/go.mod" || { echo "tools/kwok/go.mod does not require kwok ${KWOK_VERSION}" >&2; bad=1; }
+  return $bad
+}
+
 targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for t in "${targets[@]}"; do
   case "$t" in
@@ -53,6 +66,7 @@ for t in "${targets[@]}"; do
     k8s|kubernetes) build_k8s ;;
     etcd) build_etcd ;;
     kwok) build_kwok ;;
+    check) check && echo "versions consistent: k8s ${KUBERNETES_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}" ;;
     *) echo "unknown target: $t" >&2; exit 2 ;;
   esac
 done

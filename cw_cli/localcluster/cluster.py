@@ -376,7 +376,7 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
     deadline = time.monotonic() + timeout
     pki = generate_pki(state / "pki")
     names = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-    ports = dict(zip(names, _free_ports(len(names))))
+    ports = dict(zip(names, _free_ports(len(names)), strict=True))
     server = f"https://127.0.0.1:{ports['kube-apiserver']}"
     logs, pids = state / "logs", state / "pids"
     started: dict[str, procs.ProcRecord] = {}
@@ -484,7 +484,7 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
             raise StartError(f"installing CRD {crd['metadata']['name']} failed ({code}): "
                              f"{body[:300].decode(errors='replace')}")
         path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
-        wait(f"CRD {crd['metadata']['name']} to be established", lambda: any(
+        wait(f"CRD {crd['metadata']['name']} to be established", lambda path=path: any(
             c.get("type") == "Established" and c.get("status") == "True"
             for c in ((api.get_json(path) or {}).get("status") or {}).get("conditions") or []))
 
