@@ -52,7 +52,7 @@ def is_alive(rec: ProcRecord) -> bool:
 
 
 def spawn(name: str, argv: list[str], log_path: Path, pid_dir: Path,
-          env: dict[str, str] | None = None, cwd: Path | None = None) -> ProcRecord:
+          env: dict[str, str] | None = None) -> ProcRecord:
     """Start argv[0] detached (own session), stdout+stderr to log_path; record its pid."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     pid_dir.mkdir(parents=True, exist_ok=True)
@@ -64,16 +64,8 @@ def spawn(name: str, argv: list[str], log_path: Path, pid_dir: Path,
             (os.POSIX_SPAWN_DUP2, fd, 1),
             (os.POSIX_SPAWN_DUP2, fd, 2),
         ]
-        old_cwd = None
-        if cwd is not None:
-            old_cwd = os.getcwd()
-            os.chdir(cwd)
-        try:
-            pid = os.posix_spawn(argv[0], argv, env if env is not None else dict(os.environ),
-                                 file_actions=actions, setsid=True)
-        finally:
-            if old_cwd is not None:
-                os.chdir(old_cwd)
+        pid = os.posix_spawn(argv[0], argv, env if env is not None else dict(os.environ),
+                             file_actions=actions, setsid=True)
     finally:
         os.close(fd)
         os.close(devnull)
