@@ -110,7 +110,7 @@ def test_services_flag_creates_only_the_services_and_they_become_ready(kube_api,
         assert apps.read_namespaced_deployment(name, namespace).status.ready_replicas == 1
     server = apps.read_namespaced_deployment("svc-only-server", namespace).spec.template.spec.containers[0]
     assert server.resources.limits["nvidia.com/gpu"] == "1"
-    assert server.command[:2] == ["trl", "vllm-serve"]
+    assert server.command[:2] == ["vllm", "serve"]
 
 
 def test_multi_service_trainer_starts_only_after_its_services_are_ready(kube_api, namespace, cw_env, tmp_path):
