@@ -93,6 +93,9 @@ class ClusterSpec(StrictModel):
         default=None, description="PersistentVolumeClaim mounted at /checkpoints (outputs and resume)."
     )
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the pods must match.")
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="Annotations on every pod of the run (e.g. for sidecars or monitoring)."
+    )
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations for every pod.")
     queue: DnsName | None = Field(default=None, description="Kueue LocalQueue to submit the Job to.")
     priority_class: DnsName | None = Field(default=None, description="PriorityClass of the pods.")

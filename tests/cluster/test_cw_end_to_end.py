@@ -286,3 +286,13 @@ def test_a_full_node_trainer_and_two_servers_fit_two_gpu_nodes(kube_api, namespa
 
     nodes = wait_for(placed, 30, what="the trainer and both servers to be scheduled")
     assert nodes["server"] == nodes["reward"] != nodes["trainer"]
+
+
+def test_wait_exits_1_when_the_run_fails(kube_api, namespace, cw_env, tmp_path):
+    # The local cluster's KWOK stages fail a Job pod whose annotation asks for an exit code.
+    config = write_config(tmp_path, {**SFT_CONFIG, "annotations": {"kwok.cw/exit-code": "3"}, "backoff_limit": 0})
+    result = run_cw(cw_env, "trl", "sft", str(config), "--gpu", "1", "--name", "failing", "-n", namespace, "--wait")
+    assert result.returncode == 1, result.stderr
+    assert "run failed" in result.stderr and "Traceback" not in result.stderr
+    job = client.BatchV1Api(kube_api).read_namespaced_job("failing-trainer", namespace)
+    assert job.status.failed == 1
