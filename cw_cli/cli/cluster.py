@@ -10,6 +10,10 @@ from typing import Optional
 
 import typer
 
+from cw_cli.cli.errors import handle_errors
+from cw_cli.cli.output import err
+from cw_cli.cli.output import out as _out
+
 cluster_app = typer.Typer(
     help="Local Kubernetes test cluster: real control plane on 127.0.0.1 with fake GPU nodes (KWOK).",
     no_args_is_help=True,
@@ -18,20 +22,8 @@ cluster_app = typer.Typer(
 _STATE_HELP = "State folder (default: $CW_CLUSTER_DIR or ~/.cache/cw/cluster)."
 
 
-def _console():
-    from rich.console import Console
-
-    return Console(), Console(stderr=True)
-
-
-def _fail(err: Exception, code: int = 1) -> None:
-    _, errc = _console()
-    msg = " ".join(str(err).split())
-    errc.print(f"[bold red]error:[/] {msg}", markup=True, highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
 @cluster_app.command("up")
+@handle_errors
 def up_cmd(
     kubeconfig: Optional[Path] = typer.Option(
         None, "--kubeconfig", help="Kubeconfig to merge context cw-local into "
@@ -45,18 +37,14 @@ def up_cmd(
     """Build (if needed) and start the local cluster; set kubectl context cw-local."""
     from cw_cli import localcluster as lc
 
-    out, errc = _console()
     try:
-        with errc.status("starting local cluster ...") as spinner:
+        with err().status("starting local cluster ...") as spinner:
             info = lc.up(state_dir=state_dir, kubeconfig=kubeconfig, gpu_nodes=nodes,
                          cpu_nodes=cpu_nodes, build=build, timeout=timeout,
                          on_progress=lambda m: spinner.update(m + " ..."))
-    except lc.LocalClusterError as e:
-        _fail(e)
-    except Exception as e:  # noqa: BLE001 - one line, no traceback
-        _fail(RuntimeError(f"unexpected {type(e).__name__}: {e}"))
     except KeyboardInterrupt:
-        _fail(RuntimeError("interrupted; run `cw cluster down` to clean up"), 130)
+        raise lc.LocalClusterError("interrupted", hint="run `cw cluster down` to clean up") from None
+    out = _out()
     if info.already_running:
         out.print(f"[green]already running[/] at {info.server}")
     else:
@@ -68,21 +56,16 @@ def up_cmd(
 
 
 @cluster_app.command("build")
+@handle_errors
 def build_cmd(
     force: bool = typer.Option(False, "--force", help="Rebuild even if cached."),
 ) -> None:
     """Build the missing cluster binaries into the cache (needs Go; cold: tens of minutes)."""
     from cw_cli import localcluster as lc
 
-    out, errc = _console()
-    try:
-        with errc.status("checking binaries ...") as spinner:
-            bins = lc.ensure_binaries(
-                force=force, on_build_start=lambda c: spinner.update(f"building {c} ..."))
-    except lc.LocalClusterError as e:
-        _fail(e)
-    except Exception as e:  # noqa: BLE001 - one line, no traceback
-        _fail(RuntimeError(f"unexpected {type(e).__name__}: {e}"))
+    with err().status("checking binaries ...") as spinner:
+        bins = lc.ensure_binaries(force=force, on_build_start=lambda c: spinner.update(f"building {c} ..."))
+    out = _out()
     if bins.built:
         times = ", ".join(f"{c} {s:.0f}s" for c, s in bins.seconds.items())
         out.print(f"built {times} (total {bins.total_seconds:.0f}s)")
@@ -93,6 +76,7 @@ def build_cmd(
 
 
 @cluster_app.command("down")
+@handle_errors
 def down_cmd(
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=_STATE_HELP),
     timeout: float = typer.Option(10.0, "--timeout", help="Seconds before SIGKILL."),
@@ -101,13 +85,8 @@ def down_cmd(
     """Stop the local cluster (by recorded PIDs) and remove its state. Idempotent."""
     from cw_cli import localcluster as lc
 
-    out, _ = _console()
-    try:
-        res = lc.down(state_dir=state_dir, timeout=timeout, keep_state=keep_state)
-    except lc.LocalClusterError as e:
-        _fail(e)
-    except Exception as e:  # noqa: BLE001 - one line, no traceback
-        _fail(RuntimeError(f"unexpected {type(e).__name__}: {e}"))
+    res = lc.down(state_dir=state_dir, timeout=timeout, keep_state=keep_state)
+    out = _out()
     if not res.stopped and not res.removed_state:
         out.print(f"no local cluster at {res.state_dir}")
         return
@@ -120,6 +99,7 @@ def down_cmd(
 
 
 @cluster_app.command("status")
+@handle_errors
 def status_cmd(
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=_STATE_HELP),
 ) -> None:
@@ -128,13 +108,8 @@ def status_cmd(
 
     from cw_cli import localcluster as lc
 
-    out, _ = _console()
-    try:
-        st = lc.status(state_dir=state_dir)
-    except lc.LocalClusterError as e:
-        _fail(e)
-    except Exception as e:  # noqa: BLE001 - one line, no traceback
-        _fail(RuntimeError(f"unexpected {type(e).__name__}: {e}"))
+    st = lc.status(state_dir=state_dir)
+    out = _out()
     if not st.exists and not st.processes:
         out.print(f"no local cluster at {st.state_dir} (start one with: cw cluster up)")
         raise typer.Exit(1)

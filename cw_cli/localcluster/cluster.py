@@ -227,16 +227,24 @@ def _nodes_ready(api: _Api, wanted: set[str]) -> bool:
     return wanted <= ready
 
 
-def _wait_simple(probe: Callable[[], bool], deadline: float, what: str) -> None:
+def _wait_until(
+    probe: Callable[[], bool],
+    deadline: float,
+    what: str,
+    interval: float = 0.3,
+    check: Callable[[], None] = lambda: None,
+) -> None:
+    """Poll ``probe`` until it is true; ``check`` raises if a process died meanwhile."""
     while True:
+        check()
         try:
             if probe():
                 return
         except (OSError, ssl.SSLError, ValueError):
-            pass
+            pass  # not up yet
         if time.monotonic() > deadline:
             raise StartError(f"timed out waiting for {what}")
-        time.sleep(0.3)
+        time.sleep(interval)
 
 
 # --------------------------------------------------------------------------- public API
@@ -316,7 +324,7 @@ def up(
             if extra:
                 say(f"adding {len(extra)} fake nodes")
                 _create_nodes(api, extra)
-                _wait_simple(lambda: _nodes_ready(api, {n["metadata"]["name"] for n in extra}),
+                _wait_until(lambda: _nodes_ready(api, {n["metadata"]["name"] for n in extra}),
                              time.monotonic() + timeout, "new fake nodes to become Ready")
                 info.nodes = sorted(set(info.nodes) | {n["metadata"]["name"] for n in extra})
             merge_user_kubeconfig(user_kc, info.server, pki.ca.cert, pki.admin.cert, pki.admin.key,
@@ -393,16 +401,7 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
                                  rec.log)
 
     def wait(what: str, probe: Callable[[], bool], interval: float = 0.2) -> None:
-        while True:
-            check_alive()
-            try:
-                if probe():
-                    return
-            except (OSError, ssl.SSLError, ValueError):
-                pass
-            if time.monotonic() > deadline:
-                raise StartError(f"timed out after {timeout:.0f}s waiting for {what}")
-            time.sleep(interval)
+        _wait_until(probe, deadline, f"{what} (after {timeout:.0f}s)", interval, check_alive)
 
     # etcd ---------------------------------------------------------------------------
     say("starting etcd")
