@@ -227,13 +227,18 @@ def build_plan(request: RunRequest) -> Plan:
     native = request.config.native
     try:
         prepared = framework.prepare_config(native, context)
-        extra_files = dict(
-            user_file(request.config.path.parent, path, "files") for path in cluster.files
-        )
-        extra_files.update(framework.config_files(native, context, request.config.path.parent))
+        extra_files = dict(user_file(request.config.path.parent, path, "files") for path in cluster.files)
+        framework_files = framework.config_files(native, context, request.config.path.parent)
         services = framework.services(native, context)
     except (ValueError, KeyError) as exc:
         raise ConfigError([f"{request.config.path}: {exc}"]) from None
+    taken = sorted(set(extra_files) & ({"config.yaml"} | set(framework_files)))
+    if taken:
+        raise ConfigError(
+            [f"{request.config.path}: `files`: {', '.join(taken)} would replace a file cw mounts in /etc/cw"],
+            hint="rename your file",
+        )
+    extra_files.update(framework_files)
     if request.services_only and not services:
         raise ConfigError(
             [f"`{request.framework.name} {request.training_type.value}` has no services to deploy"],
@@ -259,7 +264,7 @@ def build_plan(request: RunRequest) -> Plan:
         "checkpoint_mount": CHECKPOINT_MOUNT,
         "master_port": MASTER_PORT,
     }
-    dirs = request.framework.framework.template_dirs()
+    dirs = framework.template_dirs()
     templates = framework.templates(request.training_type)
     plan = Plan(run_name=request.run_name, managed_suspend=cluster.queue is None)
 
