@@ -72,7 +72,8 @@ def job_state(job: dict[str, Any]) -> str:
         if condition["type"] in ("Failed", "FailureTarget"):
             return "Failed"
     if job.get("spec", {}).get("suspend"):
-        return "Waiting for services"
+        queued = "kueue.x-k8s.io/queue-name" in (job["metadata"].get("labels") or {})
+        return "Queued (Kueue)" if queued else "Waiting for services"
     if status.get("active"):
         return "Running" if status.get("ready", 0) else "Pending"
     return "Pending"
