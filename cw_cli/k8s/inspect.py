@@ -228,11 +228,13 @@ def find_pod(kube: Kube, run_name: str, role: str, rank: int | None) -> dict[str
     """
     selector = f"{run_selector(run_name)},app.kubernetes.io/component={role}"
     pods = kube.list("Pod", selector)
+    def index(pod: dict[str, Any]) -> str | None:
+        return (pod["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
+
     if rank is not None:
-        pods = [
-            p for p in pods
-            if (p["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index") == str(rank)
-        ]
+        pods = [p for p in pods if index(p) == str(rank)]
+    elif any(index(p) is not None for p in pods):
+        pods = [p for p in pods if index(p) == "0"] or pods  # a multi-node trainer: rank 0 by default
     if not pods:
         which = f"{role} rank {rank}" if rank is not None else role
         raise NotFound(f"run {run_name!r} has no {which} pod yet", hint=f"`cw status {run_name}` says why")

@@ -296,3 +296,14 @@ def test_wait_exits_1_when_the_run_fails(kube_api, namespace, cw_env, tmp_path):
     assert "run failed" in result.stderr and "Traceback" not in result.stderr
     job = client.BatchV1Api(kube_api).read_namespaced_job("failing-trainer", namespace)
     assert job.status.failed == 1
+
+
+def test_a_failed_rank_fails_the_whole_multi_node_run_at_once(kube_api, namespace, cw_env, tmp_path):
+    # Retrying one rank alone would hang the others; the Job must fail instead, despite backoff_limit.
+    config = write_config(tmp_path, {**SFT_CONFIG, "annotations": {"kwok.cw/exit-code": "7"}, "backoff_limit": 5})
+    result = run_cw(cw_env, "trl", "sft", str(config), "--nodes", "2", "--gpu", "8", "--name", "rank-fail", "-n", namespace, "--wait")
+    assert result.returncode == 1, result.stderr
+    job = client.BatchV1Api(kube_api).read_namespaced_job("rank-fail-trainer", namespace)
+    failed = next(c for c in job.status.conditions if c.type == "Failed" and c.status == "True")
+    assert failed.reason == "PodFailurePolicy"
+    assert (job.status.failed or 0) <= 2  # no retries beyond the first failures

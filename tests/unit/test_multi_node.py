@@ -122,3 +122,12 @@ def test_many_nodes_without_gpus_are_refused(tmp_path, where):
 def test_node_count_out_of_range_is_refused(tmp_path, nodes):
     with pytest.raises(ConfigError, match="--nodes"):
         plan_for("trl", "sft", write_config(tmp_path, BASE), nodes=nodes)
+
+
+def test_multi_node_job_fails_whole_on_a_failed_rank_and_single_node_retries(tmp_path):
+    multi = plan_for("trl", "sft", write_config(tmp_path, BASE), nodes=2).manifests[0]["spec"]
+    rule = multi["podFailurePolicy"]["rules"][0]
+    assert rule["action"] == "FailJob"
+    assert rule["onExitCodes"] == {"containerName": "trainer", "operator": "NotIn", "values": [0]}
+    single = plan_for("trl", "sft", write_config(tmp_path, BASE)).manifests[0]["spec"]
+    assert "podFailurePolicy" not in single and single["backoffLimit"] == 2

@@ -15,3 +15,29 @@ def test_job_state_reads_conditions_suspension_and_queue():
     assert job_state(job(spec={"suspend": True}, labels={"kueue.x-k8s.io/queue-name": "q"})) == "Queued (Kueue)"
     assert job_state(job(status={"active": 1, "ready": 1})) == "Running"
     assert job_state(job(status={"active": 1})) == "Pending"
+
+
+class _Pods:
+    """Just enough of cw_cli.k8s.connection.Kube for find_pod: a fixed pod list."""
+
+    def __init__(self, pods):
+        self.pods = pods
+
+    def list(self, kind, label_selector=None, field_selector=None):
+        assert kind == "Pod" and "app.kubernetes.io/component=trainer" in label_selector
+        return self.pods
+
+
+def _pod(name, index=None, created="2026-01-01T00:00:00Z"):
+    annotations = {"batch.kubernetes.io/job-completion-index": index} if index is not None else {}
+    return {"metadata": {"name": name, "annotations": annotations, "creationTimestamp": created}}
+
+
+def test_logs_of_a_multi_node_trainer_default_to_rank_0():
+    from cw_cli.k8s.inspect import find_pod
+
+    pods = [_pod("r-1", "1", "2026-01-01T00:00:09Z"), _pod("r-0", "0", "2026-01-01T00:00:01Z")]
+    assert find_pod(_Pods(pods), "r", "trainer", None)["metadata"]["name"] == "r-0"
+    assert find_pod(_Pods(pods), "r", "trainer", 1)["metadata"]["name"] == "r-1"
+    single = [_pod("old", created="2026-01-01T00:00:01Z"), _pod("new", created="2026-01-01T00:00:05Z")]
+    assert find_pod(_Pods(single), "r", "trainer", None)["metadata"]["name"] == "new"
