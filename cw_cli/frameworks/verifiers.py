@@ -9,7 +9,6 @@ from cw_cli import __version__
 from cw_cli.frameworks.base import (
     CONFIG_MOUNT,
     BaseTrainingFramework,
-    ResourceDefaults,
     RunContext,
     ServiceDef,
     TrainingType,
@@ -31,7 +30,6 @@ class VerifiersFramework(BaseTrainingFramework):
     description = "verifiers: GRPO with a vf-vllm inference server and an accelerate-launched trainer"
     training_types = (TrainingType.GRPO,)
     aliases = {"rlhf": TrainingType.GRPO}
-    resources = ResourceDefaults(gpu=8, cpu="32", memory="256Gi")
 
     def default_image(self, training_type: TrainingType) -> str:
         return VERIFIERS_IMAGE
