@@ -36,6 +36,12 @@ def _dns_name(value: str) -> str:
 DnsName = Annotated[str, BeforeValidator(lambda v: _dns_name(str(v)) if isinstance(v, str) else v)]
 
 
+def _check_variable_names(variables: dict[str, object]) -> None:
+    for name in variables:
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"{name!r} is not a valid environment variable name")
+
+
 class StrictModel(BaseModel):
     """A model that refuses unknown keys, so typos are caught."""
 
@@ -120,17 +126,13 @@ class ClusterSpec(StrictModel):
     @field_validator("env")
     @classmethod
     def _env_names(cls, env: dict[str, object]) -> dict[str, str]:
-        for name in env:
-            if not _ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not a valid environment variable name")
+        _check_variable_names(env)
         return {name: str(value).lower() if isinstance(value, bool) else str(value) for name, value in env.items()}
 
     @field_validator("secrets")
     @classmethod
     def _secret_names(cls, secrets: dict[str, object]) -> dict[str, object]:
-        for name in secrets:
-            if not _ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not a valid environment variable name")
+        _check_variable_names(secrets)
         return secrets
 
     @field_validator("nodes")

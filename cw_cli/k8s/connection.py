@@ -7,10 +7,11 @@ never load it.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from cw_cli.errors import ClusterUnreachable, Conflict, CwError, Forbidden, NotFound, Rejected
+from cw_cli.errors import ClusterUnreachable, ConfigError, Conflict, CwError, Forbidden, NotFound, Rejected
 
 #: kind -> (API path prefix, plural, namespaced)
 RESOURCES: dict[str, tuple[str, str, bool]] = {
@@ -26,6 +27,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "Node": ("/api/v1", "nodes", False),
 }
 FIELD_MANAGER = "cw"
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -249,4 +251,6 @@ def connect(target: ClusterTarget) -> Kube:
         raise ClusterUnreachable(f"cannot read the kubeconfig: {exc}", hint="set KUBECONFIG to a readable file") from None
     api_client.configuration.retries = 1
     namespace = target.namespace or ((chosen or {}).get("context") or {}).get("namespace") or "default"
+    if not _NAMESPACE.match(namespace):  # it becomes part of every URL path
+        raise ConfigError([f"namespace {namespace!r} is not a valid namespace name"], hint="use lower-case letters, digits and '-'")
     return Kube(api_client, namespace)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from cw_cli.config.quantity import parse_quantity
-from cw_cli.errors import Forbidden, NotFound
+from cw_cli.errors import ConfigError, Forbidden, NotFound
 from cw_cli.k8s.connection import Kube
 from cw_cli.render.plan import MANAGED_BY, RUN_LABEL
 
@@ -15,10 +16,22 @@ GPU = "nvidia.com/gpu"
 RUN_KINDS = ("Job", "Deployment", "Service", "ConfigMap")
 
 
+_LABEL_VALUE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
 def run_selector(run_name: str | None = None) -> str:
-    """Label selector for cw's objects, optionally of one run only."""
+    """Label selector for cw's objects, optionally of one run only.
+
+    Raises:
+        ConfigError: ``run_name`` is not a run name; an empty or crafted one must never widen
+            the selector to other runs (``cw delete ""`` would otherwise match every run).
+    """
     selector = f"app.kubernetes.io/managed-by={MANAGED_BY}"
-    return f"{selector},{RUN_LABEL}={run_name}" if run_name else selector
+    if run_name is None:
+        return selector
+    if not _LABEL_VALUE.match(run_name):
+        raise ConfigError([f"{run_name!r} is not a run name"], hint="`cw list` shows the runs")
+    return f"{selector},{RUN_LABEL}={run_name}"
 
 
 @dataclass

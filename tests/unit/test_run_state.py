@@ -41,3 +41,15 @@ def test_logs_of_a_multi_node_trainer_default_to_rank_0():
     assert find_pod(_Pods(pods), "r", "trainer", 1)["metadata"]["name"] == "r-1"
     single = [_pod("old", created="2026-01-01T00:00:01Z"), _pod("new", created="2026-01-01T00:00:05Z")]
     assert find_pod(_Pods(single), "r", "trainer", None)["metadata"]["name"] == "new"
+
+
+def test_a_crafted_or_empty_run_name_never_widens_the_selector():
+    import pytest
+
+    from cw_cli.errors import ConfigError
+    from cw_cli.k8s.inspect import run_selector
+
+    assert run_selector("my-run") == "app.kubernetes.io/managed-by=cw,cw-cli.dev/run=my-run"
+    for bad in ("", "a,b", "x!=y", "A", "a b"):
+        with pytest.raises(ConfigError):
+            run_selector(bad)
