@@ -36,6 +36,21 @@ def _dns_name(value: str) -> str:
 DnsName = Annotated[str, BeforeValidator(lambda v: _dns_name(str(v)) if isinstance(v, str) else v)]
 
 
+def _requirement(value: object) -> object:
+    # Passed to pip as one argument each: a leading '-' would make it a pip option.
+    if isinstance(value, str) and (
+        not value.strip() or value != value.strip() or value.startswith("-") or not value.isprintable()
+    ):
+        raise ValueError(
+            f"{value!r} is not a pip requirement such as 'math-verify==0.8.0' "
+            "(no leading '-' or spaces; set pip options with PIP_* variables in `env`)"
+        )
+    return value
+
+
+Requirement = Annotated[str, BeforeValidator(_requirement)]
+
+
 def _check_variable_names(variables: dict[str, object]) -> None:
     for name in variables:
         if not _ENV_NAME.match(name):
@@ -118,6 +133,11 @@ class ClusterSpec(StrictModel):
         default_factory=list,
         description="Python files (paths relative to the config) shipped in the ConfigMap and importable in the "
         "pods, e.g. reward functions.",
+    )
+    pip: list[Requirement] = Field(
+        default_factory=list,
+        description="Python requirements pip installs in every pod of the run before its command starts, e.g. "
+        "a reward function's dependency; skipped offline when the image already satisfies them.",
     )
     services: dict[Literal["server", "reward"], ServiceResources] = Field(
         default_factory=dict, description="Per-service settings of multi-service types: server, reward."

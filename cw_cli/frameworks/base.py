@@ -69,6 +69,8 @@ class ServiceDef:
         memory: Memory request and limit, or None.
         health_path: HTTP path answering 200 once the server is ready.
         env: Extra literal environment variables.
+        extra_ports: More ports the Service exposes (name -> port), e.g. a weight-sync
+            rendezvous the trainer connects to through the Service name.
     """
 
     role: str
@@ -80,6 +82,7 @@ class ServiceDef:
     memory: str | None = None
     health_path: str = "/health"
     env: dict[str, str] = field(default_factory=dict)
+    extra_ports: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,8 @@ class BaseTrainingFramework(ABC):
     #: Extra command names accepted for a type, e.g. ``{"rlhf": TrainingType.GRPO}``.
     aliases: ClassVar[dict[str, TrainingType]] = {}
     resources: ClassVar[ResourceDefaults] = ResourceDefaults()
+    #: ConfigMap key of the mounted native config (``/etc/cw/<name>``).
+    config_file_name: ClassVar[str] = "config.yaml"
 
     def template_dirs(self) -> list[Path]:
         """Folders searched for this framework's templates, first match wins.
@@ -154,6 +159,28 @@ class BaseTrainingFramework(ABC):
     def prepare_config(self, native: dict[str, Any], context: RunContext) -> dict[str, Any]:
         """Return the native config as mounted in the pods (e.g. with cw's output folder added)."""
         return dict(native)
+
+    def serialize_config(self, config: dict[str, Any]) -> str:
+        """The mounted config's text (YAML by default; override for another format).
+
+        Args:
+            config: The result of ``prepare_config``.
+
+        Raises:
+            ValueError: A value has no form in the file's format.
+        """
+        import yaml  # lazily: only rendering needs it
+
+        # allow_unicode stays off: PyYAML would write line breaks (NEL, U+2028) raw and lose them.
+        return yaml.safe_dump(config, sort_keys=False)
+
+    def pip_packages(self, config: dict[str, Any], context: RunContext) -> list[str]:
+        """Requirements installed in the run's pods before their command starts (none by default).
+
+        For a framework whose pinned image lacks its own packages; pip skips what the image
+        already satisfies, so an image that has them starts without touching the network.
+        """
+        return []
 
     def config_files(self, native: dict[str, Any], context: RunContext, base_dir: Path) -> dict[str, str]:
         """Extra files for the ConfigMap besides ``config.yaml`` (name -> text).

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cw_cli.frameworks.base import CONFIG_MOUNT
+
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 
 #: ConfigMap key -> file in cw_cli/runtime/. Keys are import names in the pod (PYTHONPATH=/etc/cw).
 REWARD_SERVER_FILE = "cw_reward_server.py"
 REWARD_CLIENT_FILE = "cw_reward.py"
 LAUNCHER_FILE = "cw_launch.py"  # resumes from the newest checkpoint in output_dir, then execs the trainer
-_SOURCES = {REWARD_SERVER_FILE: "reward_server.py", REWARD_CLIENT_FILE: "cw_reward.py", LAUNCHER_FILE: "cw_launch.py"}
+PIP_FILE = "cw_pip.py"  # pip-installs the run's requirements, then execs the command
+_SOURCES = {
+    REWARD_SERVER_FILE: "reward_server.py",
+    REWARD_CLIENT_FILE: "cw_reward.py",
+    LAUNCHER_FILE: "cw_launch.py",
+    PIP_FILE: "cw_pip.py",
+}
 
 REWARD_FUNCTION = "cw_reward.remote_reward"
 REWARD_URL_ENV = "CW_REWARD_URL"
@@ -20,6 +28,13 @@ REWARD_PORT = 8001
 def runtime_file(config_key: str) -> str:
     """Return the text of one of cw's pod-side files, by its ConfigMap key."""
     return (RUNTIME_DIR / _SOURCES[config_key]).read_text(encoding="utf-8")
+
+
+def with_requirements(command: list[str], requirements: list[str]) -> list[str]:
+    """``command`` preceded by cw's package step when the run has requirements (unchanged otherwise)."""
+    if not requirements:
+        return command
+    return ["python3", f"{CONFIG_MOUNT}/{PIP_FILE}", *requirements, "--", *command]
 
 
 def user_file(base_dir: Path, relative: str, field_name: str) -> tuple[str, str]:

@@ -25,7 +25,7 @@ from cw_cli.frameworks.base import (
 )
 from cw_cli.frameworks.launch import MASTER_ADDR_ENV, MASTER_PORT, MASTER_PORT_ENV, NODE_RANK_ENV, NUM_NODES_ENV
 from cw_cli.frameworks.registry import LoadedFramework
-from cw_cli.frameworks.runtime_files import user_file
+from cw_cli.frameworks.runtime_files import PIP_FILE, runtime_file, user_file, with_requirements
 from cw_cli.render.naming import object_names
 from cw_cli.render.templates import render_manifest
 
@@ -160,7 +160,7 @@ def _wait_container(service: ServiceDef, service_name: str, image: str, pull_pol
         "name": f"wait-{service.role}",
         "image": image,
         "imagePullPolicy": pull_policy,
-        "command": ["python", "-c", script, url],
+        "command": ["python3", "-c", script, url],
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
     }
 
@@ -227,12 +227,16 @@ def build_plan(request: RunRequest) -> Plan:
     native = request.config.native
     try:
         prepared = framework.prepare_config(native, context)
+        config_text = framework.serialize_config(prepared)
         extra_files = dict(user_file(request.config.path.parent, path, "files") for path in cluster.files)
         framework_files = framework.config_files(native, context, request.config.path.parent)
         services = framework.services(native, context)
+        requirements = [*framework.pip_packages(prepared, context), *cluster.pip]
     except (ValueError, KeyError) as exc:
         raise ConfigError([f"{request.config.path}: {exc}"]) from None
-    taken = sorted(set(extra_files) & ({"config.yaml"} | set(framework_files)))
+    if requirements:
+        framework_files[PIP_FILE] = runtime_file(PIP_FILE)
+    taken = sorted(set(extra_files) & ({framework.config_file_name} | set(framework_files)))
     if taken:
         raise ConfigError(
             [f"{request.config.path}: `files`: {', '.join(taken)} would replace a file cw mounts in /etc/cw"],
@@ -251,8 +255,7 @@ def build_plan(request: RunRequest) -> Plan:
     secret_refs = cluster.secret_refs()
     base_env = {**cluster.env, "PYTHONPATH": CONFIG_MOUNT}
     image = cluster.image or framework.default_image(request.training_type)
-    # allow_unicode=False: PyYAML would write line-break characters (NEL, U+2028) raw and lose them.
-    files = {"config.yaml": yaml.safe_dump(prepared, sort_keys=False), **extra_files}
+    files = {framework.config_file_name: config_text, **extra_files}
     common = {
         "namespace": request.namespace,
         "labels": labels,
@@ -277,7 +280,7 @@ def build_plan(request: RunRequest) -> Plan:
             job_labels[KUEUE_QUEUE_LABEL] = cluster.queue
         trainer = {
             "image": image,
-            "command": framework.trainer_command(prepared, context),
+            "command": with_requirements(framework.trainer_command(prepared, context), requirements),
             "env": trainer_env,
             "resources": _resources(gpus, cluster.cpu, cluster.memory),
         }
@@ -317,8 +320,9 @@ def build_plan(request: RunRequest) -> Plan:
             "name": service_name,
             "role": service.role,
             "image": service.image,
-            "command": service.command,
+            "command": with_requirements(service.command, requirements),
             "port": service.port,
+            "extra_ports": service.extra_ports,
             "health_path": service.health_path,
             "env": _env({**base_env, **service.env}, secret_refs),
             "resources": _resources(service.gpus, service.cpu, service.memory),

@@ -147,7 +147,8 @@ def test_golden_trainer_job_is_first_owner_and_only_trainer_has_config_gpus(stem
             assert "memory" not in served["requests"], "a service must not inherit the trainer's memory"
 
 
-@pytest.mark.parametrize("stem", sorted(GOLDEN_CONFIGS))
+# verifiers' TOML nests its trainer settings (checked in test_verifiers_config.py).
+@pytest.mark.parametrize("stem", sorted(set(GOLDEN_CONFIGS) - {"verifiers-grpo"}))
 def test_golden_configmap_has_no_cluster_fields_and_keeps_float_learning_rate(stem):
     from cw_cli.config.models import CLUSTER_FIELDS
 

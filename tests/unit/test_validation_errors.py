@@ -26,7 +26,7 @@ def test_missing_required_keys_name_the_file_and_the_keys(tmp_path):
 def test_missing_required_keys_of_every_framework(tmp_path):
     path = write_config(tmp_path, "learning_rate: 1.0e-5\n")
     assert "`base_model`" in _issues(path, "axolotl", "sft") and "`datasets`" in _issues(path, "axolotl", "sft")
-    assert "`model`" in _issues(path, "verifiers", "grpo") and "`script`" in _issues(path, "verifiers", "grpo")
+    assert "`model`" in _issues(path, "verifiers", "grpo") and "`environment`" in _issues(path, "verifiers", "grpo")
 
 
 def test_renamed_trl_key_is_explained(tmp_path):

@@ -86,8 +86,12 @@ def env_map(cont: dict[str, Any]) -> dict[str, Any]:
 
 
 def mounted_config(plan, run_name: str = "golden-run") -> dict[str, Any]:
-    """The framework config as the pods read it: config.yaml of the ConfigMap, parsed."""
+    """The framework config as the pods read it: config.yaml (or verifiers' config.toml), parsed."""
     data = obj(plan, "ConfigMap", f"{run_name}-config")["data"]
+    if "config.toml" in data:
+        import tomllib
+
+        return tomllib.loads(data["config.toml"])
     return yaml.safe_load(data["config.yaml"])
 
 
