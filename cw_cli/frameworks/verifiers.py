@@ -11,6 +11,7 @@ cw pins it and installs it over the vLLM image it was built against when the ima
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -201,9 +202,7 @@ class VerifiersFramework(BaseTrainingFramework):
             *server.parallel_args(),
         ]
         definition = server.service(context.cluster.image or VERIFIERS_IMAGE, command, "/health")
-        return [
-            ServiceDef(**{**definition.__dict__, "extra_ports": {"weight-sync": WEIGHT_SYNC_PORT}}),
-        ]
+        return [replace(definition, extra_ports={"weight-sync": WEIGHT_SYNC_PORT})]
 
 
 def _check_gpu_split(native: dict[str, Any], server_gpus: int, trainer_gpus: int) -> None:

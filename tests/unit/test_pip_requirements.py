@@ -1,0 +1,83 @@
+"""The `pip:` field and cw_pip.py, cw's package step that runs before a pod's command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cw_cli.errors import ConfigError
+from cw_cli.frameworks.runtime_files import PIP_FILE, runtime_file
+from unit_helpers import container, obj, plan_for, write_config
+
+RUN = "golden-run"
+SFT = {"model_name_or_path": "m", "dataset_name": "d"}
+PIP_SCRIPT = runtime_file(PIP_FILE)
+
+
+def test_pip_requirements_wrap_the_trainer_and_ship_the_installer(tmp_path):
+    plan = plan_for("trl", "sft", write_config(tmp_path, {**SFT, "pip": ["math-verify==0.8.0", "sympy>=1.12"]}))
+    command = container(plan.manifests[0], "trainer")["command"]
+    assert command[:5] == ["python3", "/etc/cw/cw_pip.py", "math-verify==0.8.0", "sympy>=1.12", "--"]
+    assert command[5:7] == ["python", "/etc/cw/cw_launch.py"]
+    assert obj(plan, "ConfigMap", f"{RUN}-config")["data"][PIP_FILE] == PIP_SCRIPT
+
+
+def test_pip_requirements_reach_every_service_of_the_run(tmp_path):
+    data = {**SFT, "pip": ["math-verify==0.8.0"], "use_vllm": True, "vllm_mode": "server",
+            "reward_funcs": ["cw_reward.remote_reward"], "services": {"server": {"gpu": 1}, "reward": {"model": "rm"}}}
+    plan = plan_for("trl", "grpo", write_config(tmp_path, data))
+    for role in ("server", "reward"):
+        command = container(obj(plan, "Deployment", f"{RUN}-{role}"), role)["command"]
+        assert command[:4] == ["python3", "/etc/cw/cw_pip.py", "math-verify==0.8.0", "--"], role
+
+
+def test_no_requirements_no_package_step(tmp_path):
+    plan = plan_for("trl", "sft", write_config(tmp_path, SFT))
+    assert container(plan.manifests[0], "trainer")["command"][0] == "python"
+    assert PIP_FILE not in obj(plan, "ConfigMap", f"{RUN}-config")["data"]
+
+
+@pytest.mark.parametrize("bad", ["-r evil.txt", "--index-url=http://x", " padded", "", "two\nlines"])
+def test_requirements_that_pip_would_read_as_options_are_refused(tmp_path, bad):
+    path = write_config(tmp_path, {**SFT, "pip": ["ok==1", bad]})
+    with pytest.raises(ConfigError) as info:
+        plan_for("trl", "sft", path)
+    text = "\n".join(info.value.issues)
+    assert str(path) in text and "`pip" in text and "PIP_*" in text
+
+
+def _cw_pip(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    script = tmp_path / PIP_FILE
+    script.write_text(PIP_SCRIPT)
+    env = {**os.environ, "PIP_NO_INDEX": "1"}  # offline: satisfied requirements need no index
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_dry_run_prints_the_pip_command_and_the_command(tmp_path):
+    out = _cw_pip(tmp_path, "--dry-run", "a==1", "b>2", "--", "vf-vllm", "--model", "m")
+    result = json.loads(out.stdout)
+    assert result["pip"][1:] == ["-m", "pip", "install", "--no-input", "--disable-pip-version-check",
+                                 "--no-build-isolation", "a==1", "b>2"]
+    assert result["exec"] == ["vf-vllm", "--model", "m"]
+
+
+@pytest.mark.parametrize("args", [("a==1", "vf-vllm"), ("a==1", "--"), ("-r", "x", "--", "cmd")])
+def test_malformed_arguments_stop_with_the_usage(tmp_path, args):
+    out = _cw_pip(tmp_path, *args)
+    assert out.returncode != 0 and "usage: cw_pip.py" in out.stderr
+
+
+def test_satisfied_requirements_install_offline_then_the_command_runs(tmp_path):
+    out = _cw_pip(tmp_path, "pyyaml", "--", sys.executable, "-c", "import yaml; print('ran', yaml.__name__)")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("ran yaml") and "already satisfied" in out.stdout.lower()
+
+
+def test_a_failed_install_stops_before_the_command(tmp_path):
+    marker = tmp_path / "ran"
+    out = _cw_pip(tmp_path, "cw-no-such-package==0.0.0", "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+    assert out.returncode != 0 and "bake them into the image" in out.stderr and not marker.exists()
