@@ -49,6 +49,8 @@ def load_environment(num_examples: int = 512, words_per_example: int = 3, seed: 
         guess = parser.parse_answer(completion) or ""
         return SequenceMatcher(None, guess.strip(), answer).ratio()
 
-    rubric = vf.Rubric(funcs=[reversal_similarity, parser.get_format_reward_func()], weights=[1.0, 0.2])
+    rubric = vf.Rubric(
+        funcs=[reversal_similarity, parser.get_format_reward_func()], weights=[1.0, 0.2], parser=parser
+    )
     dataset = Dataset.from_list(reversal_rows(num_examples, words_per_example, seed))
     return vf.SingleTurnEnv(dataset=dataset, system_prompt=SYSTEM_PROMPT, parser=parser, rubric=rubric)

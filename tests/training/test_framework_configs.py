@@ -61,31 +61,61 @@ def test_axolotl_accepts_rendered_config(axolotl_python, render_plan, tmp_path, 
     assert result["checked"]["auto_resume_from_checkpoints"] is True
 
 
-# The names configs/verifiers_train.py uses; they came from verifiers' bundled trainer.
-VERIFIERS_TRAINER_API = ("GRPOTrainer", "grpo_defaults", "get_model_and_tokenizer", "load_environment")
+def _server_argv(manifests: list[dict], role: str = "server") -> list[str]:
+    deployment = next(m for m in manifests if m["kind"] == "Deployment" and m["metadata"]["name"].endswith(role))
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    return command[command.index("--") + 1 :] if "--" in command else command
 
 
-def test_verifiers_has_the_trainer_api_the_example_uses(render_plan):
+@pytest.fixture(scope="module")
+def verifiers_check(render_plan, tmp_path_factory) -> dict:
+    """configs/verifiers-grpo.yaml rendered for 4 GPUs, its ConfigMap and server argv checked by verifiers."""
     python = _python_with("verifiers", "CW_VERIFIERS_PYTHON")
-    script = (
-        "import json, importlib.metadata as m, verifiers as vf\n"
-        f"names = {VERIFIERS_TRAINER_API!r}\n"
-        "missing = []\n"
-        "for n in names:\n"
-        "    try:\n"
-        "        getattr(vf, n)\n"
-        "    except Exception:\n"
-        "        missing.append(n)\n"
-        "print(json.dumps({'version': m.version('verifiers'), 'missing': missing}))\n"
-    )
-    out = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, **OFFLINE_ENV})
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    manifests = render_plan("verifiers", "grpo", CONFIGS_DIR / "verifiers-grpo.yaml", run_name="t-vf")
-    native = _config_yaml(manifests)
-    assert native["output_dir"] == "/checkpoints/t-vf"
-    assert not result["missing"], (
-        f"verifiers {result['version']} lacks {result['missing']} used by configs/verifiers_train.py "
-        "(verifiers >= 0.2 ships no trainer; 0.1.x moved it to the 'verifiers-rl' package)"
-    )
+    manifests = render_plan("verifiers", "grpo", CONFIGS_DIR / "verifiers-grpo.yaml", run_name="t-vf", gpu=4)
+    config_dir = tmp_path_factory.mktemp("etc-cw")
+    for key, text in next(m for m in manifests if m["kind"] == "ConfigMap")["data"].items():
+        (config_dir / key).write_text(text, encoding="utf-8")
+    server = _server_argv(manifests)
+    assert server[0] == "vf-vllm"
+    out = subprocess.run([python, str(HERE / "validate_verifiers.py"), str(config_dir), *server[1:]],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, **OFFLINE_ENV},
+                         cwd=config_dir)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    assert out.returncode == 0 and lines, f"verifiers rejects the rendered run ({out.returncode}):\n{out.stderr[-4000:]}"
+    return {"result": json.loads(lines[-1]), "manifests": manifests}
+
+
+def test_verifiers_loads_the_mounted_environment_and_trainer_config(verifiers_check):
+    result = verifiers_check["result"]
+    assert result["verifiers"] == "0.1.9.post3"
+    assert result["env"]["type"] == "SingleTurnEnv" and result["env"]["rows"] == 512  # environment.args
+    rl = result["rl_config"]
+    assert rl["output_dir"] == "/checkpoints/t-vf" and rl["run_name"] == "t-vf"
+    assert rl["vllm_server_host"] == "t-vf-server" and rl["vllm_server_port"] == 8000
+    assert rl["batch_size"] == 192 and rl["rollouts_per_example"] == 8 and rl["report_to"] == []
+
+
+def test_verifiers_rubric_of_the_example_environment_rewards_the_right_reversal(verifiers_check):
+    right, wrong = verifiers_check["result"]["right"], verifiers_check["result"]["wrong"]
+    assert right["metrics"]["reversal_similarity"] == 1.0 and right["reward"] == pytest.approx(1.2)
+    assert wrong["reward"] < 0.5 < right["reward"]
+
+
+def test_vllm_parses_the_vf_vllm_arguments_cw_renders(verifiers_check):
+    server = verifiers_check["result"]["server"]
+    if not server["parsed"]:
+        pytest.skip(server["why"])
+    assert server["args"] == {"model": "Qwen/Qwen2.5-0.5B-Instruct", "host": "0.0.0.0", "port": 8000,
+                              "data_parallel_size": 2, "tensor_parallel_size": 1, "enforce_eager": True,
+                              "max_model_len": 2048}
+
+
+def test_accelerate_parses_the_verifiers_trainer_launch(verifiers_check):
+    launch_parser = pytest.importorskip("accelerate.commands.launch").launch_command_parser
+    trainer = verifiers_check["manifests"][0]["spec"]["template"]["spec"]["containers"][0]["command"]
+    launch = trainer[trainer.index("--") + 1 :]
+    assert launch[:2] == ["accelerate", "launch"]
+    args = launch_parser().parse_args(launch[2:])
+    assert args.use_deepspeed and args.zero_stage == 3 and args.num_processes == 4
+    assert args.module and args.training_script == "verifiers.scripts.train"
+    assert args.training_script_args == ["@", "/etc/cw/config.toml"]  # vf-train's own `@ path` form
