@@ -321,6 +321,8 @@ class LocalRunner:
         if "PYTHONPATH" in cenv and host_pythonpath and "PYTHONPATH" not in self.extra_env:
             env["PYTHONPATH"] = cenv["PYTHONPATH"] + os.pathsep + host_pythonpath
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # cw_pip.py only checks here: a local run must not install into the user's environment.
+        env.setdefault("CW_PIP_CHECK", "1")
         if self.cpu_only:
             env["CUDA_VISIBLE_DEVICES"] = ""
 

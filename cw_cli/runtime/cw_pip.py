@@ -4,7 +4,7 @@ Copied verbatim into the run's ConfigMap (key ``cw_pip.py``, mounted at /etc/cw)
 stay a single file with no cw imports. A container whose run needs packages its image lacks
 (the config's ``pip:`` list, or a framework's pinned stack) runs::
 
-    python /etc/cw/cw_pip.py verifiers==0.1.9.post3 peft==0.17.1 -- vf-vllm --model M [...]
+    python3 /etc/cw/cw_pip.py verifiers==0.1.9.post3 peft==0.17.1 -- vf-vllm --model M [...]
 
 pip skips every requirement the image already satisfies without contacting an index, so an
 image with the packages baked in starts at once, offline. Builds run without isolation: CUDA
@@ -13,6 +13,9 @@ environment of its own would download a second torch. Index settings come from p
 environment variables (``PIP_INDEX_URL``, ``PIP_EXTRA_INDEX_URL``), set with the ``env:`` field.
 
 ``--dry-run`` as the first argument prints the pip command and the command as JSON instead.
+With ``CW_PIP_CHECK=1`` in the environment (set by ``cw ... --local``, which must not change the
+user's own environment) nothing is installed: the step checks, offline, that the requirements are
+already satisfied and stops with the pip command to run when they are not.
 """
 
 from __future__ import annotations
@@ -51,6 +54,21 @@ def pip_command(requirements: list[str]) -> list[str]:
     ]
 
 
+def check_command(requirements: list[str]) -> list[str]:
+    """A pip run that installs nothing and fails unless ``requirements`` are already satisfied."""
+    return [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--no-index",
+        "--quiet",
+        "--disable-pip-version-check",
+        *requirements,
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     dry_run = bool(args) and args[0] == "--dry-run"
@@ -59,7 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     if dry_run:
         print(json.dumps({"pip": install, "exec": command}))
         return 0
-    if install:
+    if install and os.environ.get("CW_PIP_CHECK") == "1":
+        if subprocess.run(check_command(requirements), check=False).returncode != 0:
+            print(
+                f"{_PREFIX} this environment lacks some of {' '.join(requirements)}; install them with: "
+                f"{sys.executable} -m pip install {' '.join(requirements)}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 1
+    elif install:
         print(f"{_PREFIX} ensuring {' '.join(requirements)}", file=sys.stderr, flush=True)
         done = subprocess.run(install, check=False)
         if done.returncode != 0:

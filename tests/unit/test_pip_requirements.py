@@ -50,10 +50,10 @@ def test_requirements_that_pip_would_read_as_options_are_refused(tmp_path, bad):
     assert str(path) in text and "`pip" in text and "PIP_*" in text
 
 
-def _cw_pip(tmp_path, *args: str) -> subprocess.CompletedProcess:
+def _cw_pip(tmp_path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     script = tmp_path / PIP_FILE
     script.write_text(PIP_SCRIPT)
-    env = {**os.environ, "PIP_NO_INDEX": "1"}  # offline: satisfied requirements need no index
+    env = {**os.environ, "PIP_NO_INDEX": "1", **(env or {})}  # offline: satisfied requirements need no index
     return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -81,3 +81,26 @@ def test_a_failed_install_stops_before_the_command(tmp_path):
     marker = tmp_path / "ran"
     out = _cw_pip(tmp_path, "cw-no-such-package==0.0.0", "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
     assert out.returncode != 0 and "bake them into the image" in out.stderr and not marker.exists()
+
+
+def test_check_mode_runs_the_command_when_requirements_are_satisfied(tmp_path):
+    out = _cw_pip(tmp_path, "pyyaml", "--", sys.executable, "-c", "print('ran')", env={"CW_PIP_CHECK": "1"})
+    assert out.returncode == 0 and out.stdout.strip().endswith("ran"), out.stderr
+
+
+def test_check_mode_installs_nothing_and_names_the_pip_command(tmp_path):
+    marker = tmp_path / "ran"
+    out = _cw_pip(tmp_path, "pyyaml", "cw-no-such-package==0.0.0", "--", sys.executable, "-c",
+                  f"open({str(marker)!r}, 'w')", env={"CW_PIP_CHECK": "1"})
+    assert out.returncode == 1 and not marker.exists()
+    assert "-m pip install pyyaml cw-no-such-package==0.0.0" in out.stderr
+
+
+def test_local_runs_only_check_requirements(tmp_path):
+    from cw_cli.local.runner import LocalRunner
+
+    plan = plan_for("trl", "sft", write_config(tmp_path, {**SFT, "pip": ["math-verify==0.8.0"]}))
+    with LocalRunner(plan.manifests, tmp_path / "ckpt", workdir=tmp_path / "work") as runner:
+        prepared = runner.prepare()
+    assert prepared.env["CW_PIP_CHECK"] == "1"
+    assert prepared.command[0] == sys.executable and prepared.command[1] == str(prepared.config_dir / PIP_FILE)
