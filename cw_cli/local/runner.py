@@ -321,6 +321,11 @@ class LocalRunner:
         if "PYTHONPATH" in cenv and host_pythonpath and "PYTHONPATH" not in self.extra_env:
             env["PYTHONPATH"] = cenv["PYTHONPATH"] + os.pathsep + host_pythonpath
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # Programs a launcher execs by name (`trl`, `accelerate`) come from the same environment
+        # as the interpreter, activated or not.
+        scripts = str(Path(self.python).parent)
+        if scripts not in env.get("PATH", "").split(os.pathsep):
+            env["PATH"] = os.pathsep.join(p for p in (scripts, env.get("PATH", "")) if p)
         # cw_pip.py only checks here: a local run must not install into the user's environment.
         env.setdefault("CW_PIP_CHECK", "1")
         if self.cpu_only:

@@ -158,6 +158,21 @@ def test_local_runner_runs_the_container_command(tmp_path):
     assert "max_steps: 2" in "\n".join(lines)
 
 
+def test_local_runner_finds_programs_of_the_interpreters_environment_unactivated(tmp_path):
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").symlink_to(sys.executable)
+    tool = bin_dir / "cw-test-tool"
+    tool.write_text("#!/bin/sh\necho tool-ran\n")
+    tool.chmod(0o755)
+    manifests = _manifests(["python", "-c", "import os; os.execvp('cw-test-tool', ['cw-test-tool'])"])
+    runner = LocalRunner(manifests, tmp_path / "ck", workdir=tmp_path / "w", python=str(bin_dir / "python"),
+                         extra_env={"PATH": "/usr/bin:/bin"})
+    assert runner.prepare().env["PATH"].split(os.pathsep)[0] == str(bin_dir)
+    lines: list[str] = []
+    assert runner.run(lines.append) == 0 and lines == ["tool-ran"]
+
+
 def test_local_runner_reports_exit_code_and_refuses_multinode(tmp_path):
     assert LocalRunner(_manifests(["python", "-c", "raise SystemExit(3)"]), tmp_path).run() == 3
     with pytest.raises(LocalRunError, match="single-node"):
