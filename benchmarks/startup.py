@@ -18,6 +18,9 @@ COMMANDS = {
     "cw --help": ["--help"],
     "cw trl sft --dry-run": ["trl", "sft", str(ROOT / "configs" / "trl-sft.yaml"), "--dry-run", "--name", "bench"],
     "cw trl grpo --dry-run": ["trl", "grpo", str(ROOT / "configs" / "trl-grpo.yaml"), "--dry-run", "--name", "bench"],
+    "cw verifiers grpo --dry-run": [
+        "verifiers", "grpo", str(ROOT / "configs" / "verifiers-grpo.yaml"), "--dry-run", "--name", "bench",
+    ],
 }
 PROBE = (
     "import sys, runpy; sys.argv = ['cw'] + sys.argv[1:]\n"

@@ -307,3 +307,24 @@ def test_a_failed_rank_fails_the_whole_multi_node_run_at_once(kube_api, namespac
     failed = next(c for c in job.status.conditions if c.type == "Failed" and c.status == "True")
     assert failed.reason == "PodFailurePolicy"
     assert (job.status.failed or 0) <= 2  # no retries beyond the first failures
+
+
+def test_verifiers_run_reaches_its_server_and_weight_sync_port_through_the_service(kube_api, namespace, cw_env, tmp_path):
+    import tomllib
+
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    data = yaml.safe_load((configs / "verifiers-grpo.yaml").read_text())
+    data.update(cpu="4", memory="16Gi", checkpoint_volume=None, files=[str(configs / "cw_reverse_text.py")])
+    data["services"]["server"].update(cpu="4", memory="16Gi")
+    config = write_config(tmp_path, {k: v for k, v in data.items() if v is not None})
+    result = run_cw(cw_env, "verifiers", "grpo", str(config), "--name", "vf", "-n", namespace, "--wait", timeout=180)
+    assert result.returncode == 0, result.stderr
+    core, batch = client.CoreV1Api(kube_api), client.BatchV1Api(kube_api)
+    assert batch.read_namespaced_job("vf-trainer", namespace).status.succeeded == 1
+    service = core.read_namespaced_service("vf-server", namespace)
+    ports = {p.name: (p.port, p.target_port) for p in service.spec.ports}
+    assert ports["weight-sync"] == (51216, 51216)
+    mounted = tomllib.loads(core.read_namespaced_config_map("vf-config", namespace).data["config.toml"])
+    args = mounted["trainer"]["args"]
+    assert (args["vllm_server_host"], args["vllm_server_port"]) == (service.metadata.name, ports["http"][0])
+    assert mounted["inference"]["gpus"] == 2 and mounted["trainer"]["gpus"] == 4
