@@ -31,9 +31,10 @@ from cw_cli.frameworks.servers import server_sizing
 VERIFIERS_VERSION = "0.1.9.post3"
 #: vLLM 0.10.2 ships torch 2.8, the versions verifiers' `rl` extra asks for (vllm<0.11, torch<2.9).
 VERIFIERS_IMAGE = "vllm/vllm-openai:v0.10.2"
-#: verifiers' `rl` extra, pinned; the image already has vLLM, torch and accelerate.
+#: verifiers' `rl` extra, pinned; the image already has vLLM and torch (but no accelerate).
 VERIFIERS_STACK = (
     f"verifiers=={VERIFIERS_VERSION}",
+    "accelerate==1.10.1",
     "transformers>=4.56.2,<4.58",
     "peft==0.17.1",
     "liger-kernel==0.6.2",
