@@ -40,33 +40,13 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     return requirements, command
 
 
-def pip_command(requirements: list[str]) -> list[str]:
-    """The pip invocation that installs ``requirements`` into this interpreter."""
-    return [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--no-input",
-        "--disable-pip-version-check",
-        "--no-build-isolation",
-        *requirements,
-    ]
+def pip_command(requirements: list[str], check_only: bool = False) -> list[str]:
+    """The pip run that installs ``requirements`` into this interpreter.
 
-
-def check_command(requirements: list[str]) -> list[str]:
-    """A pip run that installs nothing and fails unless ``requirements`` are already satisfied."""
-    return [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--dry-run",
-        "--no-index",
-        "--quiet",
-        "--disable-pip-version-check",
-        *requirements,
-    ]
+    With ``check_only`` it installs nothing, offline, and fails unless they are already satisfied.
+    """
+    mode = ["--dry-run", "--no-index", "--quiet"] if check_only else ["--no-input", "--no-build-isolation"]
+    return [sys.executable, "-m", "pip", "install", *mode, "--disable-pip-version-check", *requirements]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"pip": install, "exec": command}))
         return 0
     if install and os.environ.get("CW_PIP_CHECK") == "1":
-        if subprocess.run(check_command(requirements), check=False).returncode != 0:
+        if subprocess.run(pip_command(requirements, check_only=True), check=False).returncode != 0:
             print(
                 f"{_PREFIX} this environment lacks some of {' '.join(requirements)}; install them with: "
                 f"{sys.executable} -m pip install {' '.join(requirements)}",

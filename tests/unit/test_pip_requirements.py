@@ -60,8 +60,8 @@ def _cw_pip(tmp_path, *args: str, env: dict[str, str] | None = None) -> subproce
 def test_dry_run_prints_the_pip_command_and_the_command(tmp_path):
     out = _cw_pip(tmp_path, "--dry-run", "a==1", "b>2", "--", "vf-vllm", "--model", "m")
     result = json.loads(out.stdout)
-    assert result["pip"][1:] == ["-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-                                 "--no-build-isolation", "a==1", "b>2"]
+    assert result["pip"][1:] == ["-m", "pip", "install", "--no-input", "--no-build-isolation",
+                                 "--disable-pip-version-check", "a==1", "b>2"]
     assert result["exec"] == ["vf-vllm", "--model", "m"]
 
 
