@@ -57,6 +57,13 @@ SERVER_MANAGED_ARGS = {
 }
 #: RLConfig fields cw sets to reach the run's server and volume.
 TRAINER_MANAGED_ARGS = ("vllm_server_host", "vllm_server_port")
+#: The keys vf-rl and vf-train read (section -> its keys); anything else would be ignored silently.
+SCHEMA_KEYS = {
+    "": {"model", "environment", "inference", "trainer", "script", "accelerate_config"},
+    "environment": {"id", "args"},
+    "inference": {"gpus", "args"},
+    "trainer": {"gpus", "args"},
+}
 
 
 def _mapping(native: dict[str, Any], *path: str) -> dict[str, Any]:
@@ -122,6 +129,14 @@ class VerifiersFramework(BaseTrainingFramework):
         env = native.get("environment")
         if env is not None and (not isinstance(env, dict) or not isinstance(env.get("id"), str) or not env["id"]):
             problems.append("`environment.id` must name the verifiers environment (a module with `load_environment`)")
+        for section, known in SCHEMA_KEYS.items():
+            node = _mapping(native, section) if section else native
+            for key in sorted(set(node) - known, key=str):
+                where = f"{section}.{key}" if section else key
+                problems.append(
+                    f"`{where}` is not read by verifiers' vf-train; trainer settings go under `trainer.args`, "
+                    f"vf-vllm options under `inference.args` (known here: {', '.join(sorted(known))})"
+                )
         for section in ("environment", "inference", "trainer"):
             if section in native and not isinstance(native[section], dict):
                 problems.append(f"`{section}` must be a mapping")
@@ -134,7 +149,7 @@ class VerifiersFramework(BaseTrainingFramework):
                 problems.append(f"`inference.args.{key}`: a list has no single vf-vllm flag form; use a string")
         for key in set(TRAINER_MANAGED_ARGS) & _mapping(native, "trainer", "args").keys():
             problems.append(f"`trainer.args.{key}` is set by cw to the run's server; remove it")
-        for path in _nulls({k: v for k, v in native.items() if k != "script"}, ""):
+        for path in _nulls(native, ""):
             problems.append(f"`{path}` is null, which TOML cannot hold; remove the key or give a value")
         script = native.get("script")
         if script is not None and (not isinstance(script, str) or not script.endswith(".py")):

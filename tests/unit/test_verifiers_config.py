@@ -145,6 +145,10 @@ def test_single_rollout_per_example_is_refused(tmp_path):
         ({"environment": "cw-reverse-text"}, "`environment.id` must name"),
         ({"accelerate_config": "zero4"}, "`accelerate_config: zero4`"),
         ({"script": "train.sh"}, "`script` must be the path of a .py"),
+        ({"script": None}, "`script` is null"),
+        ({"max_steps": 10}, "`max_steps` is not read by verifiers' vf-train; trainer settings go under `trainer.args`"),
+        ({"trainer": {"max_steps": 10}}, "`trainer.max_steps` is not read"),
+        ({"inference": {"enforce_eager": True}}, "`inference.enforce_eager` is not read"),
     ],
 )
 def test_bad_verifiers_fields_are_named_with_a_fix(tmp_path, change, expected):
