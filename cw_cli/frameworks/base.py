@@ -71,6 +71,9 @@ class ServiceDef:
         env: Extra literal environment variables.
         extra_ports: More ports the Service exposes (name -> port), e.g. a weight-sync
             rendezvous the trainer connects to through the Service name.
+        headless: The Service name resolves to the pod's own IP (``clusterIP: None``, published
+            before the pod is Ready), for a server that binds a socket to the address its clients
+            use; a ClusterIP is not an address a pod can bind.
     """
 
     role: str
@@ -83,6 +86,7 @@ class ServiceDef:
     health_path: str = "/health"
     env: dict[str, str] = field(default_factory=dict)
     extra_ports: dict[str, int] = field(default_factory=dict)
+    headless: bool = False
 
 
 @dataclass(frozen=True)

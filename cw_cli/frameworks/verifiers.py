@@ -43,7 +43,9 @@ VERIFIERS_STACK = (
     "wandb==0.22.2",
 )
 VLLM_PORT = 8000
-#: verifiers' VLLMClient opens its NCCL rendezvous at <vllm_server_host>:51216, i.e. through the Service.
+#: verifiers' weight sync: the trainer asks vf-vllm to open an NCCL rendezvous (a TCPStore) bound
+#: to <vllm_server_host>:51216 and connects there. The server pod can bind that name only if it
+#: resolves to the pod's own IP, hence a headless Service.
 WEIGHT_SYNC_PORT = 51216
 CONFIG_NAME = "config.toml"
 ACCELERATE_CONFIGS = ("zero1", "zero2", "zero3", "multi_gpu")
@@ -218,7 +220,7 @@ class VerifiersFramework(BaseTrainingFramework):
             *server.parallel_args(),
         ]
         definition = server.service(context.cluster.image or VERIFIERS_IMAGE, command, "/health")
-        return [replace(definition, extra_ports={"weight-sync": WEIGHT_SYNC_PORT})]
+        return [replace(definition, extra_ports={"weight-sync": WEIGHT_SYNC_PORT}, headless=True)]
 
 
 def _check_gpu_split(native: dict[str, Any], server_gpus: int, trainer_gpus: int) -> None:

@@ -323,6 +323,7 @@ def build_plan(request: RunRequest) -> Plan:
             "command": with_requirements(service.command, requirements),
             "port": service.port,
             "extra_ports": service.extra_ports,
+            "headless": service.headless,
             "health_path": service.health_path,
             "env": _env({**base_env, **service.env}, secret_refs),
             "resources": _resources(service.gpus, service.cpu, service.memory),

@@ -324,6 +324,7 @@ def test_verifiers_run_reaches_its_server_and_weight_sync_port_through_the_servi
     service = core.read_namespaced_service("vf-server", namespace)
     ports = {p.name: (p.port, p.target_port) for p in service.spec.ports}
     assert ports["weight-sync"] == (51216, 51216)
+    assert service.spec.cluster_ip == "None" and service.spec.publish_not_ready_addresses is True
     mounted = tomllib.loads(core.read_namespaced_config_map("vf-config", namespace).data["config.toml"])
     args = mounted["trainer"]["args"]
     assert (args["vllm_server_host"], args["vllm_server_port"]) == (service.metadata.name, ports["http"][0])

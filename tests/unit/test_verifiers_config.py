@@ -76,10 +76,19 @@ def test_server_runs_vf_vllm_with_inference_args_and_exposes_the_weight_sync_por
     assert vf[:3] == ["vf-vllm", "--model", "Qwen/Qwen2.5-0.5B-Instruct"]
     assert vf[3:6] == ["--enforce-eager", "--max-model-len", "2048"]
     assert vf[vf.index("--data-parallel-size") + 1] == "2" and vf[vf.index("--port") + 1] == "8000"
-    service_ports = {p["name"]: p["port"] for p in obj(plan, "Service", f"{RUN}-server")["spec"]["ports"]}
+    service = obj(plan, "Service", f"{RUN}-server")["spec"]
+    service_ports = {p["name"]: p["port"] for p in service["ports"]}
     assert service_ports["weight-sync"] == WEIGHT_SYNC_PORT == 51216
+    # vf-vllm binds its rendezvous to vllm_server_host: the name must resolve to the pod itself.
+    assert service["clusterIP"] == "None" and service["publishNotReadyAddresses"] is True
     pod_ports = {p["containerPort"] for p in container(deployment, "server")["ports"]}
     assert {8000, WEIGHT_SYNC_PORT} <= pod_ports
+
+
+def test_other_frameworks_keep_cluster_ip_services():
+    plan = plan_for("trl", "grpo", CONFIGS / "trl-grpo.yaml")
+    for service in (m for m in plan.manifests if m["kind"] == "Service" and not m["metadata"]["name"].endswith("-nodes")):
+        assert "clusterIP" not in service["spec"], service["metadata"]["name"]
 
 
 def test_an_image_of_ones_own_is_trusted_to_hold_verifiers(tmp_path):
