@@ -104,3 +104,14 @@ def test_local_runs_only_check_requirements(tmp_path):
         prepared = runner.prepare()
     assert prepared.env["CW_PIP_CHECK"] == "1"
     assert prepared.command[0] == sys.executable and prepared.command[1] == str(prepared.config_dir / PIP_FILE)
+
+
+def test_hostile_requirements_stay_single_arguments_in_the_printed_manifests(tmp_path):
+    from unit_helpers import reparse
+
+    hostile = ["{{ names.config }}", "a: b", "#c", "x'\"y", "x --- kind: Secret", "ü==1"]
+    plan = plan_for("trl", "sft", write_config(tmp_path, {**SFT, "pip": hostile}))
+    job = next(m for m in reparse(plan) if m["kind"] == "Job")
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[2 : 2 + len(hostile)] == hostile and command[2 + len(hostile)] == "--"
+    assert [m["kind"] for m in reparse(plan)].count("Secret") == 0
