@@ -12,6 +12,11 @@ NUM_NODES_ENV = "CW_NUM_NODES"
 MASTER_PORT = 29500
 
 
+def total_processes(context: RunContext) -> int:
+    """Trainer processes of the run: one per GPU (at least one per node) on every node."""
+    return max(1, context.gpus) * context.cluster.nodes
+
+
 def accelerate_args(context: RunContext, *, distributed_mode: bool = True) -> list[str]:
     """Process-count and rendezvous flags for the trainer, derived from ``--gpu`` and ``--nodes``.
 
@@ -23,8 +28,7 @@ def accelerate_args(context: RunContext, *, distributed_mode: bool = True) -> li
         distributed_mode: Add ``--multi_gpu`` when more than one process runs; pass False when
             another flag (DeepSpeed, FSDP, an accelerate config) already picks the mode.
     """
-    processes_per_node = max(1, context.gpus)
-    total = processes_per_node * context.cluster.nodes
+    total = total_processes(context)
     args = ["--num_processes", str(total)]
     # Without a mode, accelerate goes distributed only when it sees >1 GPU on its own node.
     if distributed_mode and total > 1:

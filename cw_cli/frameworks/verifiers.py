@@ -23,7 +23,7 @@ from cw_cli.frameworks.base import (
     ServiceDef,
     TrainingType,
 )
-from cw_cli.frameworks.launch import accelerate_args
+from cw_cli.frameworks.launch import accelerate_args, total_processes
 from cw_cli.frameworks.plugin import SimplePlugin
 from cw_cli.frameworks.runtime_files import user_file
 from cw_cli.frameworks.servers import server_sizing
@@ -163,10 +163,9 @@ class VerifiersFramework(BaseTrainingFramework):
 
     def prepare_config(self, native: dict[str, Any], context: RunContext) -> dict[str, Any]:
         server = server_sizing(context, "server", VLLM_PORT)
-        processes = max(1, context.gpus) * context.cluster.nodes
         _check_gpu_split(native, server.gpus, context.gpus)
         args = dict(_mapping(native, "trainer", "args"))
-        _check_batch(args, processes)
+        _check_batch(args, total_processes(context))
         args.setdefault("output_dir", context.output_dir)
         args.setdefault("run_name", context.run_name)
         args.update(vllm_server_host=context.names["server"], vllm_server_port=server.port)
