@@ -2,7 +2,7 @@
 # Build the local test cluster binaries (kube-apiserver, kube-controller-manager,
 # kube-scheduler, etcd, kwok) from the pinned Go builder modules in tools/*/.
 #
-# Usage: tools/build.sh [all|k8s|etcd|kwok|check]...
+# Usage: tools/build.sh [all|k8s|etcd|kwok|kueue|check]...   (all: the control plane and kwok; kueue is optional)
 #   check: verify tools/*/go.mod pin the versions of versions.env (no build)
 # Output: ${CW_CACHE_DIR:-~/.cache/cw}/bin/<component>-<version>/<binary>
 # Only missing binaries are built (a warm run takes well under a second).
@@ -13,6 +13,11 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "${here}/versions.env"
 cache="${CW_CACHE_DIR:-${HOME}/.cache/cw}/bin"
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly
+# One build at a time per cache: two (a test's `cluster up` and `.ci/run`, say) would share the
+# same <component>.tmp folders and break each other.
+mkdir -p "${cache}"
+exec 9>"${cache}/.build.lock"
+flock 9
 
 build_k8s() {
   local out="${cache}/kubernetes-${KUBERNETES_VERSION}"
@@ -47,6 +52,28 @@ build_kwok() {
   rm -rf "${out}"; mv "${out}.tmp" "${out}"
 }
 
+# Kueue (optional: `cw cluster up --kueue`). Built from its module with one line changed: with its
+# own certificate management off, Kueue reads its metrics certificate from the fixed path
+# /etc/kueue/metrics/certs; the vendored copy built here reads that path from
+# CW_KUEUE_METRICS_CERTS instead, so a local cluster never writes to /etc. (Go refuses overlays of
+# the module cache, hence a vendored copy.) Its CRDs and webhook manifests are copied beside it.
+build_kueue() {
+  local out="${cache}/kueue-${KUEUE_VERSION}"
+  if [[ -z "${CW_FORCE_BUILD:-}" && -x "${out}/kueue" && -f "${out}/webhooks.yaml" ]]; then return 0; fi
+  rm -rf "${out}.tmp"; mkdir -p "${out}.tmp/crds" "${out}.tmp/src"
+  cp "${here}/kueue/go.mod" "${here}/kueue/go.sum" "${here}/kueue/tools.go" "${out}.tmp/src/"
+  (cd "${out}.tmp/src" && GOFLAGS=-mod=mod go mod vendor)
+  local main="${out}.tmp/src/vendor/sigs.k8s.io/kueue/cmd/kueue/main.go"
+  sed -i 's|"/etc/kueue/metrics/certs"|os.Getenv("CW_KUEUE_METRICS_CERTS")|' "${main}"
+  grep -q 'os.Getenv("CW_KUEUE_METRICS_CERTS")' "${main}" || { echo "kueue ${KUEUE_VERSION}: metrics cert path not found in cmd/kueue/main.go" >&2; return 1; }
+  (cd "${out}.tmp/src" && GOFLAGS=-mod=vendor go build -trimpath -ldflags "-s -w" -o "${out}.tmp/kueue" sigs.k8s.io/kueue/cmd/kueue)
+  local src; src="$(cd "${here}/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
+  cp "${src}"/config/components/crd/bases/*.yaml "${out}.tmp/crds/"
+  cp "${src}/config/components/webhook/manifests.yaml" "${out}.tmp/webhooks.yaml"
+  rm -rf "${out}.tmp/src"
+  rm -rf "${out}"; mv "${out}.tmp" "${out}"
+}
+
 check() {
   local bad=0
   grep -q "^require k8s.io/kubernetes ${KUBERNETES_VERSION}\$" "${here}/k8s/go.mod" || { echo "tools/k8s/go.mod does not require k8s.io/kubernetes ${KUBERNETES_VERSION}" >&2; bad=1; }
@@ -56,6 +83,7 @@ check() {
   fi
   grep -q "^require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}\$" "${here}/etcd/go.mod" || { echo "tools/etcd/go.mod does not require etcd ${ETCD_VERSION}" >&2; bad=1; }
   grep -q "^require sigs.k8s.io/kwok ${KWOK_VERSION}\$" "${here}/kwok/go.mod" || { echo "tools/kwok/go.mod does not require kwok ${KWOK_VERSION}" >&2; bad=1; }
+  grep -q "^require sigs.k8s.io/kueue ${KUEUE_VERSION}\$" "${here}/kueue/go.mod" || { echo "tools/kueue/go.mod does not require kueue ${KUEUE_VERSION}" >&2; bad=1; }
   return $bad
 }
 
@@ -66,7 +94,8 @@ for t in "${targets[@]}"; do
     k8s|kubernetes) build_k8s ;;
     etcd) build_etcd ;;
     kwok) build_kwok ;;
-    check) check && echo "versions consistent: k8s ${KUBERNETES_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}" ;;
+    kueue) build_kueue ;;
+    check) check && echo "versions consistent: k8s ${KUBERNETES_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, kueue ${KUEUE_VERSION}" ;;
     *) echo "unknown target: $t" >&2; exit 2 ;;
   esac
 done

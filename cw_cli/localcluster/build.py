@@ -20,11 +20,13 @@ from .errors import BuildError, LocalClusterError
 from .paths import Versions, cache_dir, load_versions, tools_dir
 
 COMPONENTS = ("etcd", "kwok", "k8s")
+OPTIONAL = ("kueue",)  # built only when asked for (`cw cluster up --kueue`)
 
 _BINARIES = {
     "etcd": ("etcd",),
     "kwok": ("kwok",),
     "k8s": ("kube-apiserver", "kube-controller-manager", "kube-scheduler"),
+    "kueue": ("kueue",),
 }
 
 
@@ -48,6 +50,8 @@ def _component_dir(bin_root: Path, component: str, versions: Versions) -> Path:
         return bin_root / f"kubernetes-{versions.kubernetes}"
     if component == "etcd":
         return bin_root / f"etcd-{versions.etcd}"
+    if component == "kueue":
+        return bin_root / f"kueue-{versions.kueue}"
     return bin_root / f"kwok-{versions.kwok}"
 
 
@@ -66,12 +70,12 @@ def binary_paths(cache: Path | None = None, versions: Versions | None = None) ->
     )
 
 
-def missing_components(cache: Path | None = None) -> list[str]:
-    """Components ('etcd', 'kwok', 'k8s') whose binaries are not in the cache yet."""
+def missing_components(cache: Path | None = None, optional: tuple[str, ...] = ()) -> list[str]:
+    """Components ('etcd', 'kwok', 'k8s', and the ``optional`` ones asked for) not in the cache yet."""
     versions = load_versions()
     root = (cache or cache_dir()) / "bin"
     out = []
-    for comp in COMPONENTS:
+    for comp in (*COMPONENTS, *optional):
         d = _component_dir(root, comp, versions)
         if not all(os.access(d / b, os.X_OK) for b in _BINARIES[comp]):
             out.append(comp)
@@ -82,16 +86,18 @@ def ensure_binaries(
     cache: Path | None = None,
     force: bool = False,
     on_build_start: Callable[[str], None] | None = None,
+    optional: tuple[str, ...] = (),
 ) -> Binaries:
     """Return the binaries, building the missing ones with Go first.
 
     Cold: 10-30 min on 2 cores (needs `go` and the Go module proxy). Warm: no build, milliseconds.
-    `on_build_start(component)` is called before each build (for progress display).
+    `on_build_start(component)` is called before each build (for progress display); `optional`
+    names components of OPTIONAL to build too (e.g. ``("kueue",)``).
     Raises BuildError (with the log path) when a build fails.
     """
     cache = cache or cache_dir()
     t0 = time.monotonic()
-    todo = list(COMPONENTS) if force else missing_components(cache)
+    todo = [*COMPONENTS, *optional] if force else missing_components(cache, optional)
     result = binary_paths(cache)
     if not todo:
         return result

@@ -60,6 +60,7 @@ class Versions:
     kubernetes: str
     etcd: str
     kwok: str
+    kueue: str = ""  # optional component (cw cluster up --kueue)
 
 
 def load_versions() -> Versions:
@@ -73,6 +74,8 @@ def load_versions() -> Versions:
         k, v = line.split("=", 1)
         values[k.strip()] = v.strip().strip('"')
     try:
-        return Versions(values["KUBERNETES_VERSION"], values["ETCD_VERSION"], values["KWOK_VERSION"])
+        return Versions(
+            values["KUBERNETES_VERSION"], values["ETCD_VERSION"], values["KWOK_VERSION"], values.get("KUEUE_VERSION", "")
+        )
     except KeyError as e:
         raise LocalClusterError(f"{path}: missing {e.args[0]}") from None
