@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cw_cli.config.models import CLUSTER_FIELDS, ClusterSpec
-from cw_cli.config.yaml_source import YamlSource, load_yaml_config, parse_scalar
+from cw_cli.config.yaml_source import YamlSource, load_config_file, parse_scalar
 from cw_cli.errors import ConfigError
 from cw_cli.frameworks.base import BaseTrainingFramework, TrainingType
 
@@ -44,11 +44,13 @@ class RunConfig:
         path: The config file.
         cluster: Cluster fields with defaults, `--set` and flags applied.
         native: The framework's own config, cluster fields removed.
+        notices: Decisions to show the user (e.g. a flag that overrides what the config says).
     """
 
     path: Path
     cluster: ClusterSpec
     native: dict[str, Any] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
 
 
 def parse_set(assignment: str) -> tuple[list[str], Any]:
@@ -137,7 +139,7 @@ def load_run_config(
     Raises:
         ConfigError: Every problem found, each naming the file, line and field, with a fix.
     """
-    source = load_yaml_config(path)
+    source = load_config_file(path)
     data = copy.deepcopy(source.data)
     origins: dict[str, str] = {}
     for assignment in sets or []:
@@ -145,17 +147,26 @@ def load_run_config(
         _assign(data, parts, value, assignment)
         origins[parts[0]] = f"--set {assignment}"
 
-    cluster_part = {key: value for key, value in data.items() if key in CLUSTER_FIELDS}
-    native = {key: value for key, value in data.items() if key not in CLUSTER_FIELDS}
+    claimed = framework.claims_native_keys(data)
+    cluster_part = {key: value for key, value in data.items() if key in CLUSTER_FIELDS and key not in claimed}
+    native = {key: value for key, value in data.items() if key not in CLUSTER_FIELDS or key in claimed}
     issues: list[str] = []
+    notices: list[str] = []
     for key in native:
         close = get_close_matches(str(key), CLUSTER_FIELDS, n=1, cutoff=0.75)
-        if close and str(key) not in framework.known_native_keys():
+        if close and key not in claimed and str(key) not in framework.known_native_keys():
             issues.append(f"{_origin((key,), source, origins)}: `{key}`: unknown field; did you mean `{close[0]}`?")
 
     for name, value in (flags or FlagOverrides()).given().items():
         cluster_part[name] = value
         origins[name] = f"--{name}"
+    native = deep_merge(framework.native_defaults(training_type), native)
+    native, upgraded = framework.upgrade_config(native, training_type)
+    notices += upgraded
+    for field_path, (wanted, native_key) in framework.native_resources(native, training_type, path.parent).items():
+        problem = _size_from_native(cluster_part, field_path, wanted, native_key, origins, notices)
+        if problem:
+            issues.append(f"{_origin(field_path, source, origins)}: {problem}")
     defaults = framework.resources
     for name in ("gpu", "cpu", "memory"):
         if cluster_part.get(name) is None and getattr(defaults, name) is not None:
@@ -167,7 +178,8 @@ def load_run_config(
     except ValidationError as exc:
         issues.extend(_format_validation_error(exc, source, origins))
 
-    native = deep_merge(framework.native_defaults(training_type), native)
+    if cluster is not None:
+        issues += [f"{_origin((key,), source, origins)}: {problem}" for key, problem in _environment_conflicts(cluster, framework, native)]
     for problem in framework.validate_config(native, training_type):
         # Messages name their field in backticks; point at that key's line when the file has it.
         named = re.search(r"`([A-Za-z_][\w.]*)", problem)
@@ -175,4 +187,64 @@ def load_run_config(
         issues.append(f"{source.where(key_path) if key_path else path}: {problem}")
     if issues or cluster is None:
         raise ConfigError(issues, hint="fix the fields above (run `cw schema` for the full reference)")
-    return RunConfig(path=path, cluster=cluster, native=native)
+    return RunConfig(path=path, cluster=cluster, native=native, notices=notices)
+
+
+def _size_from_native(
+    cluster_part: dict[str, Any],
+    field_path: tuple[str, ...],
+    wanted: int,
+    native_key: str,
+    origins: dict[str, str],
+    notices: list[str],
+) -> str | None:
+    """Take a size the native config states, unless a cw field or flag sets it (returns a conflict)."""
+    node = cluster_part
+    for key in field_path[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            return None  # malformed; the model's validation reports it
+        node = child
+    current = node.get(field_path[-1])
+    dotted = ".".join(field_path)
+    if current is None:
+        node[field_path[-1]] = wanted
+        return None
+    if current == wanted:
+        return None
+    origin = origins.get(field_path[0], "")
+    if origin.startswith("--"):
+        notices.append(f"{origin} sets {dotted} to {current}, over the config's `{native_key}: {wanted}`")
+        return None
+    return (
+        f"`{dotted}: {current}` disagrees with the framework's own `{native_key}: {wanted}`; remove `{dotted}` "
+        f"(cw sizes the pod from `{native_key}`) or make them equal (a flag such as --gpu overrides both)"
+    )
+
+
+#: Variables cw or the scheduler owns in every pod.
+_RESERVED_ENV = {
+    "CUDA_VISIBLE_DEVICES": "the GPUs a pod sees are the ones Kubernetes gives it; set `gpu` (or --gpu) instead",
+    "NVIDIA_VISIBLE_DEVICES": "the GPUs a pod sees are the ones Kubernetes gives it; set `gpu` (or --gpu) instead",
+}
+
+
+def _environment_conflicts(cluster: ClusterSpec, framework: BaseTrainingFramework, native: dict[str, Any]) -> list[tuple[str, str]]:
+    """(cw field, problem) for environment settings that cannot work in the pods."""
+    problems = []
+    for variable, why in _RESERVED_ENV.items():
+        if variable in cluster.env:
+            problems.append(("env", f"`env.{variable}`: {why}"))
+    if cluster.hf_cache_volume and "HF_HOME" in cluster.env:
+        problems.append(("env", "`env.HF_HOME` and `hf_cache_volume` both set the Hugging Face cache; keep one"))
+    available = set(cluster.secrets) | set(cluster.env)
+    for variable, setting in framework.secrets_needed(native).items():
+        if variable not in available and not (variable == "HF_TOKEN" and "HUGGING_FACE_HUB_TOKEN" in available):
+            problems.append((
+                "secrets",
+                f"`{setting}` needs {variable} in the pods, and `secrets` has none; add "
+                f"`secrets: {{{variable}: <Secret name>}}`, or drop the setting",
+            ))
+    return problems

@@ -80,6 +80,35 @@ class Toleration(StrictModel):
     toleration_seconds: int | None = Field(default=None, alias="tolerationSeconds")
 
 
+#: Mount paths cw owns in every pod; a user volume may not take them.
+RESERVED_MOUNTS = ("/etc/cw", "/checkpoints", "/dev/shm", "/hf-cache")
+#: `checkpoint_volume: none`: the user accepts that the run's outputs die with its pod.
+NO_VOLUME = "none"
+
+
+class VolumeMount(StrictModel):
+    """A PersistentVolumeClaim mounted into every pod of the run (datasets, shared models)."""
+
+    path: str = Field(description="Absolute mount path in the pods, e.g. /data.")
+    read_only: bool = Field(default=True, description="Mount read-only (the default: inputs are not changed).")
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, path: str) -> str:
+        import posixpath
+
+        if not path.startswith("/") or posixpath.normpath(path) != path or path == "/" or not path.isprintable():
+            raise ValueError(f"{path!r} must be a normalised absolute path such as /data")
+        for reserved in RESERVED_MOUNTS:
+            if path == reserved or path.startswith(reserved + "/") or reserved.startswith(path + "/"):
+                raise ValueError(f"{path!r} overlaps {reserved}, which cw mounts itself; pick another path")
+        return path
+
+
+def _volume_mount(value: object) -> object:
+    return {"path": value} if isinstance(value, str) else value
+
+
 class ServiceResources(StrictModel):
     """Resources and settings of one service of a multi-service run (generation or reward server)."""
 
@@ -111,7 +140,19 @@ class ClusterSpec(StrictModel):
         description="Environment variable -> Secret name (or {name, key}), e.g. HF_TOKEN: hf-token.",
     )
     checkpoint_volume: DnsName | None = Field(
-        default=None, description="PersistentVolumeClaim mounted at /checkpoints (outputs and resume)."
+        default=None,
+        description="PersistentVolumeClaim mounted at /checkpoints; the run writes in /checkpoints/<run> (outputs "
+        "and resume). `none` states that the outputs may vanish with the pod.",
+    )
+    volumes: dict[DnsName, Annotated[VolumeMount, BeforeValidator(_volume_mount)]] = Field(
+        default_factory=dict,
+        description="PersistentVolumeClaim -> mount path (or {path, read_only}) in every pod, read-only by default; "
+        "e.g. datasets: /data.",
+    )
+    hf_cache_volume: DnsName | None = Field(
+        default=None,
+        description="PersistentVolumeClaim shared as the Hugging Face cache (HF_HOME=/hf-cache) by the trainer and "
+        "the servers, so a model is downloaded once per cluster (ReadWriteMany when pods are on several nodes).",
     )
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the pods must match.")
     annotations: dict[str, str] = Field(
@@ -119,6 +160,11 @@ class ClusterSpec(StrictModel):
     )
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations for every pod.")
     queue: DnsName | None = Field(default=None, description="Kueue LocalQueue to submit the Job to.")
+    rdma: bool = Field(
+        default=False,
+        description="GPUDirect RDMA over InfiniBand/RoCE for the trainer pods: requests `rdma/ib: 1` and sets the "
+        "NCCL/UCX variables CoreWeave documents (a variable in `env` wins).",
+    )
     priority_class: DnsName | None = Field(default=None, description="PriorityClass of the pods.")
     service_account: DnsName | None = Field(default=None, description="ServiceAccount of the pods.")
     ttl_hours: float = Field(
@@ -131,8 +177,8 @@ class ClusterSpec(StrictModel):
     pull: bool = Field(default=False, description="Always pull the image (imagePullPolicy: Always).")
     files: list[str] = Field(
         default_factory=list,
-        description="Python files (paths relative to the config) shipped in the ConfigMap and importable in the "
-        "pods, e.g. reward functions.",
+        description="Files (paths relative to the config) shipped in the ConfigMap to /etc/cw/<name>, e.g. reward "
+        "functions (importable there) or templates; 1 MiB in all.",
     )
     pip: list[Requirement] = Field(
         default_factory=list,
@@ -163,6 +209,25 @@ class ClusterSpec(StrictModel):
                 f"{nodes} nodes with gpu: 0 would start {nodes} CPU-only trainers; multi-node training needs gpu >= 1"
             )
         return nodes
+
+    @field_validator("volumes")
+    @classmethod
+    def _distinct_paths(cls, volumes: dict[str, VolumeMount]) -> dict[str, VolumeMount]:
+        paths = sorted(mount.path for mount in volumes.values())
+        for first, second in zip(paths, paths[1:]):
+            if second == first or second.startswith(first + "/"):
+                raise ValueError(f"two volumes are mounted at {first!r} and {second!r}; give each its own folder")
+        return volumes
+
+    @property
+    def keeps_outputs(self) -> bool:
+        """Whether the run's outputs outlive its pods (a real checkpoint volume)."""
+        return self.checkpoint_volume not in (None, NO_VOLUME)
+
+    @property
+    def checkpoint_claim(self) -> str | None:
+        """The PersistentVolumeClaim mounted at /checkpoints, or None for a scratch folder."""
+        return self.checkpoint_volume if self.keeps_outputs else None
 
     def secret_refs(self) -> dict[str, SecretRef]:
         """Every secret as a full reference (name and key)."""

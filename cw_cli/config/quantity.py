@@ -1,4 +1,4 @@
-"""Kubernetes resource quantities ("500Gi", "32", "1.5"), validated before anything is sent."""
+"""Kubernetes resource quantities ("500Gi", "32", "1.5") and durations ("6h"), validated before anything is sent."""
 
 from __future__ import annotations
 
@@ -43,3 +43,22 @@ def normalize_quantity(value: str | int | float) -> str:
     """Validate a quantity and return it as the string Kubernetes expects."""
     parse_quantity(value)
     return str(value).strip()
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 3600}
+
+
+def parse_duration(text: str, option: str) -> int:
+    """``90m``, ``6h``, ``2d``, ``45s`` (a bare number is hours) -> whole seconds, at least 1.
+
+    Raises:
+        ConfigError: Not such a duration.
+    """
+    match = _DURATION.match(text.strip())
+    seconds = int(float(match.group(1)) * _UNIT_SECONDS[match.group(2)]) if match else 0
+    if seconds < 1:
+        from cw_cli.errors import ConfigError
+
+        raise ConfigError([f"{option} {text!r}: expected a duration such as 90m, 6h or 2d"])
+    return seconds

@@ -86,6 +86,15 @@ def _record_lines(node: yaml.Node, prefix: KeyPath, lines: dict[KeyPath, int]) -
             _record_lines(item, path, lines)
 
 
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{path}: no such file"], hint="check the path of the config file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{path}: cannot read it ({exc})"]) from None
+
+
 def load_yaml_config(path: Path) -> YamlSource:
     """Read a config file: one YAML mapping.
 
@@ -98,12 +107,7 @@ def load_yaml_config(path: Path) -> YamlSource:
     Raises:
         ConfigError: The file is missing, unreadable, not YAML, or not a mapping.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: no such file"], hint="check the path of the config file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"{path}: cannot read it ({exc})"]) from None
+    text = _read(path)
     try:
         documents = list(yaml.load_all(text, Loader=ConfigLoader))  # noqa: S506 - a SafeLoader
         nodes = list(yaml.compose_all(text, Loader=ConfigLoader))
@@ -120,3 +124,43 @@ def load_yaml_config(path: Path) -> YamlSource:
     lines: dict[KeyPath, int] = {}
     _record_lines(nodes[0], (), lines)
     return YamlSource(path=path, data=data, lines=lines)
+
+
+_TOML_KEY = re.compile(r"""^\s*(\[\[?\s*(?P<table>[^\]]+?)\s*\]\]?|(?P<key>[A-Za-z0-9_.-]+|"[^"]*")\s*=)""")
+
+
+def _toml_lines(text: str) -> dict[KeyPath, int]:
+    """Line of each table and key of a TOML file (approximate: enough to point at a field)."""
+    lines: dict[KeyPath, int] = {}
+    table: KeyPath = ()
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = _TOML_KEY.match(line)
+        if not match:
+            continue
+        if match.group("table"):
+            table = tuple(part.strip().strip('"') for part in match.group("table").split("."))
+            lines.setdefault(table, number)
+        else:
+            key = tuple(part.strip('"') for part in match.group("key").split("."))
+            lines.setdefault((*table, *key), number)
+    return lines
+
+
+def load_config_file(path: Path) -> YamlSource:
+    """Read a config file: YAML, or TOML when it ends in ``.toml`` (verifiers' own vf-rl files).
+
+    Raises:
+        ConfigError: The file is missing, unreadable or not valid YAML/TOML.
+    """
+    if path.suffix.lower() != ".toml":
+        return load_yaml_config(path)
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    text = _read(path)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{path}: not valid TOML: {exc}"], hint="fix the TOML syntax at that line") from None
+    return YamlSource(path=path, data=data, lines=_toml_lines(text))

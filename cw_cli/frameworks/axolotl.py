@@ -1,12 +1,15 @@
-"""Axolotl: `axolotl train` for SFT and GRPO, `axolotl vllm-serve` as GRPO's generation server."""
+"""Axolotl: `axolotl train` for SFT, preference tuning (DPO, IPO, KTO, ORPO, SimPO) and GRPO,
+`axolotl vllm-serve` as GRPO's generation server."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from cw_cli import __version__
 from cw_cli.frameworks.base import CONFIG_FILE, BaseTrainingFramework, RunContext, ServiceDef, TrainingType
-from cw_cli.frameworks.launch import accelerate_args
+from cw_cli.frameworks.launch import accelerate_args, total_processes
 from cw_cli.frameworks.plugin import SimplePlugin
 from cw_cli.frameworks.servers import server_sizing
 
@@ -18,9 +21,23 @@ class AxolotlFramework(BaseTrainingFramework):
     """Axolotl through its own command line and YAML config."""
 
     name = "axolotl"
-    description = "Axolotl: SFT and GRPO with `axolotl train` (vLLM server for GRPO)"
-    training_types = (TrainingType.SFT, TrainingType.GRPO)
-    aliases = {"rlhf": TrainingType.GRPO}
+    description = "Axolotl: SFT, DPO/IPO/KTO/ORPO/SimPO and GRPO with `axolotl train` (vLLM server for GRPO)"
+    training_types = (TrainingType.SFT, TrainingType.DPO, TrainingType.GRPO)
+    # `rl:` in the config picks the preference method; each has its own command name too.
+    aliases = {"rlhf": TrainingType.GRPO, **{method: TrainingType.DPO for method in ("ipo", "kto", "orpo", "simpo")}}
+    model_key = "base_model"
+    module_keys = (("trl", "reward_funcs"), ("datasets", "*", "type"))
+    file_keys = (
+        ("deepspeed",),
+        ("datasets", "*", "path"),
+        ("datasets", "*", "data_files"),
+        ("test_datasets", "*", "path"),
+        ("test_datasets", "*", "data_files"),
+        ("pretraining_dataset", "*", "path"),
+        ("chat_template_jinja",),
+        ("base_model",),
+        ("tokenizer_config",),
+    )
 
     def default_image(self, training_type: TrainingType) -> str:
         return AXOLOTL_IMAGE
@@ -30,24 +47,67 @@ class AxolotlFramework(BaseTrainingFramework):
 
     def native_defaults(self, training_type: TrainingType) -> dict[str, Any]:
         # Axolotl resumes from the newest checkpoint in output_dir by itself with this key.
-        return {"auto_resume_from_checkpoints": True}
+        defaults: dict[str, Any] = {"auto_resume_from_checkpoints": True}
+        if training_type is TrainingType.DPO:
+            defaults["rl"] = "dpo"
+        return defaults
+
+    def known_native_keys(self) -> frozenset[str]:
+        return axolotl_keys()
 
     def validate_config(self, native: dict[str, Any], training_type: TrainingType) -> list[str]:
         problems = super().validate_config(native, training_type)
+        method = native.get("rl")
+        wanted = _command_for(method)
+        if method is not None and wanted is None:
+            known = ", ".join(["grpo", *PREFERENCE_METHODS])
+            problems.append(f"`rl: {method}` is not a method cw runs with Axolotl (known: {known})")
+        elif wanted is not None and wanted is not training_type:
+            command = f"cw axolotl {method}" if wanted is TrainingType.DPO else "cw axolotl grpo"
+            problems.append(f"`rl: {method}` is run by `{command} CONFIG`, not `cw axolotl {training_type.value}`")
+        elif method is None and training_type is not TrainingType.SFT:
+            problems.append(f"missing `rl` (`cw axolotl {training_type.value}` runs an `rl:` method)")
         if training_type is TrainingType.GRPO:
-            if native.get("rl", "grpo") != "grpo":
-                problems.append(f"`rl: {native.get('rl')}` does not match `axolotl grpo`; use `rl: grpo`")
             trl = native.get("trl")
             if not isinstance(trl, dict) or not trl.get("reward_funcs"):
                 problems.append("missing `trl.reward_funcs` (GRPO needs at least one reward function)")
-        elif native.get("rl"):
-            problems.append(f"`rl: {native['rl']}` is an RL method; run it with `cw axolotl grpo`")
         return problems
+
+    def native_resources(
+        self, native: dict[str, Any], training_type: TrainingType, base_dir: Path
+    ) -> dict[tuple[str, ...], tuple[int, str]]:
+        vllm = native.get("vllm")
+        if training_type is not TrainingType.GRPO or not isinstance(vllm, dict):
+            return {}
+        sizes: dict[tuple[str, ...], tuple[int, str]] = {}
+        tensor, data = _count(vllm.get("tensor_parallel_size")), _count(vllm.get("data_parallel_size"))
+        if tensor or data:
+            sizes[("services", "server", "gpu")] = ((tensor or 1) * (data or 1), "vllm.tensor_parallel_size x data_parallel_size")
+        if tensor:
+            sizes[("services", "server", "tensor_parallel_size")] = (tensor, "vllm.tensor_parallel_size")
+        if _count(vllm.get("port")):
+            sizes[("services", "server", "port")] = (vllm["port"], "vllm.port")
+        return sizes
+
+    def pushes_to_hub(self, native: dict[str, Any]) -> bool:
+        return bool(native.get("hub_model_id"))
+
+    def secrets_needed(self, native: dict[str, Any]) -> dict[str, str]:
+        needed = {"HF_TOKEN": f"hub_model_id: {native['hub_model_id']}"} if self.pushes_to_hub(native) else {}
+        if native.get("wandb_project") and native.get("wandb_mode") not in ("offline", "disabled"):
+            needed["WANDB_API_KEY"] = f"wandb_project: {native['wandb_project']}"
+        return needed
 
     def prepare_config(self, native: dict[str, Any], context: RunContext) -> dict[str, Any]:
         config = dict(native)
         config.setdefault("output_dir", context.output_dir)
+        deepspeed = config.get("deepspeed")
+        if isinstance(deepspeed, str) and deepspeed.startswith(BUNDLED_DEEPSPEED):
+            # Axolotl's examples name the repo's own deepspeed_configs/, which its image holds in
+            # its working directory; the trainer works in the run's folder instead.
+            config["deepspeed"] = f"{AXOLOTL_HOME}/{deepspeed.removeprefix('./')}"
         if context.training_type is TrainingType.GRPO:
+            _check_grpo_batch(native, total_processes(context))
             server = server_sizing(context, "server", VLLM_PORT)
             config["rl"] = "grpo"
             # `axolotl vllm-serve` reads the `vllm:` block; the trainer finds it through `trl:`.
@@ -78,6 +138,59 @@ class AxolotlFramework(BaseTrainingFramework):
         server = server_sizing(context, "server", VLLM_PORT)
         image = context.cluster.image or AXOLOTL_IMAGE
         return [server.service(image, ["axolotl", "vllm-serve", CONFIG_FILE], "/health/")]
+
+
+#: Where the Axolotl image keeps its repository (its working directory, with deepspeed_configs/).
+AXOLOTL_HOME = "/workspace/axolotl"
+BUNDLED_DEEPSPEED = ("deepspeed_configs/", "./deepspeed_configs/")
+PREFERENCE_METHODS = ("dpo", "ipo", "kto", "orpo", "simpo")
+KEYS_FILE = Path(__file__).with_name("axolotl_keys.txt")
+
+
+def _command_for(method: object) -> TrainingType | None:
+    if method == "grpo":
+        return TrainingType.GRPO
+    if method in PREFERENCE_METHODS:
+        return TrainingType.DPO
+    return None
+
+
+def _check_grpo_batch(native: dict[str, Any], processes: int) -> None:
+    """Axolotl's own GRPO batch rules, checked before the run rather than in the pod.
+
+    The generation batch (``trl.generation_batch_size``, else micro_batch_size x
+    gradient_accumulation_steps) must be a multiple of ``trl.num_generations``, and hold a whole
+    group for every trainer process.
+    """
+    trl = native.get("trl") if isinstance(native.get("trl"), dict) else {}
+    groups = _count(trl.get("num_generations"))
+    if groups is None:
+        return
+    micro = _count(native.get("micro_batch_size")) or 1
+    accumulation = _count(native.get("gradient_accumulation_steps")) or 1
+    explicit = _count(trl.get("generation_batch_size"))
+    batch = explicit or micro * accumulation
+    source = "`trl.generation_batch_size`" if explicit else f"micro_batch_size x gradient_accumulation_steps ({micro} x {accumulation})"
+    if batch % groups:
+        raise ValueError(f"{source} = {batch} must be a multiple of `trl.num_generations: {groups}`")
+    if processes > 1 and batch < groups * processes:
+        fits = max(1, batch // groups)
+        raise ValueError(
+            f"`trl.num_generations: {groups}` on {processes} trainer processes needs a generation batch of at least "
+            f"{groups * processes} (a whole group per process), but {source} = {batch}; run on {fits} GPU(s) "
+            f"(--gpu {fits}) or raise `gradient_accumulation_steps` to {-(-groups * processes // micro)}"
+        )
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+@lru_cache(maxsize=1)
+def axolotl_keys() -> frozenset[str]:
+    """Top-level keys of Axolotl's own config schema (generated from its pinned release)."""
+    lines = KEYS_FILE.read_text(encoding="utf-8").splitlines()
+    return frozenset(line.strip() for line in lines if line.strip() and not line.startswith("#"))
 
 
 def get_plugin() -> SimplePlugin:

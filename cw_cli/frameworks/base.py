@@ -113,6 +113,21 @@ class BaseTrainingFramework(ABC):
     resources: ClassVar[ResourceDefaults] = ResourceDefaults()
     #: ConfigMap key of the mounted native config (``/etc/cw/<name>``).
     config_file_name: ClassVar[str] = "config.yaml"
+    #: Native keys (paths into the config) naming folders the trainer writes; cw keeps them on
+    #: the checkpoint volume.
+    output_keys: ClassVar[tuple[tuple[str, ...], ...]] = (("output_dir",),)
+    #: Native keys whose value may name a local file or folder to ship with the run (``*`` is
+    #: every item of a list), e.g. ``("datasets", "*", "path")``.
+    file_keys: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    #: Native keys whose values are dotted import paths (``rewards.accuracy``); a module of that
+    #: name next to the config is shipped and importable in the pods.
+    module_keys: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    #: Native key of the model trained; with the framework and type it identifies a run's
+    #: outputs, so a reused run name never resumes from another model's checkpoints.
+    model_key: ClassVar[str] = "model_name_or_path"
+    #: cw's launcher resumes from the newest ``checkpoint-N`` in ``output_dir`` (HF Trainer CLIs
+    #: that take ``--resume_from_checkpoint``); False for frameworks that resume by themselves.
+    launcher_resumes: ClassVar[bool] = False
 
     def template_dirs(self) -> list[Path]:
         """Folders searched for this framework's templates, first match wins.
@@ -125,7 +140,9 @@ class BaseTrainingFramework(ABC):
     def templates(self, training_type: TrainingType) -> dict[str, str]:
         """Template file per object kind used for this type.
 
-        Keys are ``configmap``, ``job``, ``headless_service``, ``deployment`` and ``service``;
+        Keys are ``configmap``, ``job``, ``headless_service``, ``deployment``, ``service`` and
+        the server keeper's ``keeper_serviceaccount``, ``keeper_role`` and ``keeper_rolebinding``, and
+        the run's ``networkpolicy``;
         a plugin may point any of them at its own file.
         """
         return {
@@ -134,6 +151,10 @@ class BaseTrainingFramework(ABC):
             "headless_service": "common/headless-service.yaml.j2",
             "deployment": "common/deployment.yaml.j2",
             "service": "common/service.yaml.j2",
+            "keeper_serviceaccount": "common/keeper-serviceaccount.yaml.j2",
+            "keeper_role": "common/keeper-role.yaml.j2",
+            "keeper_rolebinding": "common/keeper-rolebinding.yaml.j2",
+            "networkpolicy": "common/networkpolicy.yaml.j2",
         }
 
     def native_defaults(self, training_type: TrainingType) -> dict[str, Any]:
@@ -159,6 +180,54 @@ class BaseTrainingFramework(ABC):
                 wanted = " or ".join(f"`{key}`" for key in alternatives)
                 problems.append(f"missing {wanted} (required by `{self.name} {training_type.value}`)")
         return problems
+
+    def upgrade_config(self, native: dict[str, Any], training_type: TrainingType) -> tuple[dict[str, Any], list[str]]:
+        """Translate keys that older releases of the framework spelled differently.
+
+        Returns:
+            (the config to use, one note per translated key). The default changes nothing.
+        """
+        return native, []
+
+    def claims_native_keys(self, data: dict[str, Any]) -> set[str]:
+        """Top-level keys that are the framework's own although cw has a field of that name.
+
+        verifiers' vf-rl config has an ``env`` section (``id``, ``args``); cw's ``env`` is
+        environment variables. A framework claims such a key when its value has its own shape.
+        """
+        return set()
+
+    def native_resources(
+        self, native: dict[str, Any], training_type: TrainingType, base_dir: Path
+    ) -> dict[tuple[str, ...], tuple[int, str]]:
+        """What the native config itself says about sizing, as cw fields.
+
+        Args:
+            native: The native config, defaults merged.
+            training_type: The training method.
+            base_dir: Folder of the config file (for files it names, e.g. an accelerate config).
+
+        Returns:
+            cw field path (``("gpu",)``, ``("services", "server", "gpu")``) -> (value, the native
+            key that says so, for messages). cw uses a value when the user set no cw field for
+            it; a flag that disagrees wins with a note; a cw field in the file that disagrees is
+            an error.
+        """
+        return {}
+
+    def secrets_needed(self, native: dict[str, Any]) -> dict[str, str]:
+        """Environment variables the config needs from a Secret (name -> the setting that needs it)."""
+        needed: dict[str, str] = {}
+        if self.pushes_to_hub(native):
+            needed["HF_TOKEN"] = "push_to_hub: true"
+        reports = native.get("report_to")
+        if reports == "wandb" or reports == "all" or (isinstance(reports, list) and "wandb" in reports):
+            needed["WANDB_API_KEY"] = f"report_to: {reports}"
+        return needed
+
+    def pushes_to_hub(self, native: dict[str, Any]) -> bool:
+        """Whether the config uploads its results to the Hugging Face Hub (``push_to_hub: true``)."""
+        return native.get("push_to_hub") is True
 
     def prepare_config(self, native: dict[str, Any], context: RunContext) -> dict[str, Any]:
         """Return the native config as mounted in the pods (e.g. with cw's output folder added)."""
@@ -208,6 +277,10 @@ class BaseTrainingFramework(ABC):
             config: The native config as mounted (the result of ``prepare_config``).
             context: The run being described.
         """
+
+    def setup_commands(self, config: dict[str, Any], context: RunContext) -> list[list[str]]:
+        """Commands the trainer pod runs before training (argv each), e.g. installing an environment."""
+        return []
 
     def trainer_env(self, context: RunContext) -> dict[str, str]:
         """Literal environment variables for the trainer container."""

@@ -12,8 +12,11 @@ RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 REWARD_SERVER_FILE = "cw_reward_server.py"
 REWARD_CLIENT_FILE = "cw_reward.py"
 LAUNCHER_FILE = "cw_launch.py"  # resumes from the newest checkpoint in output_dir, then execs the trainer
+IDENTITY_ENV = "CW_RUN_IDENTITY"  # framework/type/model of the run, read by cw_launch.py
 PIP_FILE = "cw_pip.py"  # pip-installs the run's requirements, then execs the command
+KEEPER_FILE = "cw_keeper.py"  # beside each server: scales it to zero once the trainer has finished
 _SOURCES = {
+    KEEPER_FILE: "cw_keeper.py",
     REWARD_SERVER_FILE: "reward_server.py",
     REWARD_CLIENT_FILE: "cw_reward.py",
     LAUNCHER_FILE: "cw_launch.py",
@@ -28,6 +31,18 @@ REWARD_PORT = 8001
 def runtime_file(config_key: str) -> str:
     """Return the text of one of cw's pod-side files, by its ConfigMap key."""
     return (RUNTIME_DIR / _SOURCES[config_key]).read_text(encoding="utf-8")
+
+
+def with_launcher(command: list[str], *, resume: bool, setup: list[list[str]] | None = None) -> list[str]:
+    """The trainer's ``command`` run through ``cw_launch.py``, which claims the run's folder, runs
+    the ``setup`` commands and, with ``resume``, adds ``--resume_from_checkpoint`` for the newest
+    checkpoint in ``output_dir``."""
+    import json
+
+    options = [] if resume else ["--no-resume"]
+    for step in setup or []:
+        options += ["--setup", json.dumps(step)]
+    return ["python3", f"{CONFIG_MOUNT}/{LAUNCHER_FILE}", *options, "--", *command]
 
 
 def with_requirements(command: list[str], requirements: list[str]) -> list[str]:

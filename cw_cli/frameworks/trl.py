@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,10 @@ from cw_cli.frameworks.base import (
     ServiceDef,
     TrainingType,
 )
-from cw_cli.frameworks.launch import accelerate_args
+from cw_cli.frameworks.launch import accelerate_args, total_processes
 from cw_cli.frameworks.plugin import SimplePlugin
 from cw_cli.frameworks.servers import server_sizing
 from cw_cli.frameworks.runtime_files import (
-    LAUNCHER_FILE,
     REWARD_CLIENT_FILE,
     REWARD_FUNCTION,
     REWARD_PORT,
@@ -30,6 +30,21 @@ from cw_cli.frameworks.runtime_files import (
 TRL_IMAGE = "huggingface/trl:1.16.0"  # TRL's own image (built from its docker/trl); no vLLM inside
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 VLLM_PORT = 8000
+KEYS_FILE = Path(__file__).with_name("trl_keys.json")
+#: Keys of recipe repositories' own training scripts that `trl <cmd> --config` does not read (it
+#: would pass them to `accelerate launch`, which stops): what to write instead.
+FOREIGN_KEYS = {
+    "dataset_mixer": "is read by alignment-handbook's own scripts, not `trl`; list the datasets under `datasets:` "
+    "(each `{path: <hub id>, split: train}`) or set `dataset_name`",
+    "dataset_mixture": "is read by open-r1's own scripts, not `trl`; move `dataset_mixture.datasets` to `datasets:` "
+    "(each item's `id` becomes `path`) or set `dataset_name`",
+    "system_prompt": "is read by open-r1's own scripts, not `trl`, which has no such option; put the system message "
+    "in the dataset's prompts and remove it",
+    "dataset_prompt_column": "is read by open-r1's own scripts, not `trl`; `trl grpo` reads the `prompt` column, so "
+    "rename the column in the dataset and remove it",
+}
+#: What configs written for one machine put in `vllm_server_host` (TRL's default is 0.0.0.0).
+LOCAL_HOSTS = ("0.0.0.0", "localhost", "127.0.0.1")
 
 
 class TRLFramework(BaseTrainingFramework):
@@ -39,6 +54,18 @@ class TRLFramework(BaseTrainingFramework):
     description = "Hugging Face TRL: SFT, DPO and GRPO through the `trl` command line"
     training_types = (TrainingType.SFT, TrainingType.DPO, TrainingType.GRPO)
     aliases = {"rlhf": TrainingType.GRPO}
+    launcher_resumes = True
+    module_keys = (("reward_funcs",),)
+    file_keys = (
+        ("accelerate_config",),
+        ("deepspeed",),
+        ("chat_template_path",),
+        ("dataset_name",),
+        ("datasets", "*", "path"),
+        ("datasets", "*", "data_files"),
+        ("datasets", "*", "data_dir"),
+        ("model_name_or_path",),
+    )
 
     def default_image(self, training_type: TrainingType) -> str:
         return TRL_IMAGE
@@ -49,23 +76,66 @@ class TRLFramework(BaseTrainingFramework):
 
     def validate_config(self, native: dict[str, Any], training_type: TrainingType) -> list[str]:
         problems = super().validate_config(native, training_type)
-        if "max_seq_length" in native:
-            problems.append("`max_seq_length` was renamed `max_length` in current TRL")
         if "reward_files" in native:
             problems.append("`reward_files` is now the cw field `files` (it works for every framework)")
         if "reward_model_url" in native:
             problems.append("TRL has no `reward_model_url`; set `services.reward.model` and cw serves it")
+        for key, fix in FOREIGN_KEYS.items():
+            if key in native:
+                problems.append(f"`{key}` {fix}")
+        for old, new in RENAMED_KEYS.items():
+            if old in native and new in native:
+                problems.append(f"`{old}` and `{new}` are the same setting (`{old}` is its old name); keep `{new}`")
+        problems += _unknown_keys(native, training_type)
         funcs = native.get("reward_funcs")
         if funcs is not None and not isinstance(funcs, (str, list)):
             problems.append("`reward_funcs` must be a name or a list of names / dotted import paths")
+        if training_type is TrainingType.GRPO and native.get("use_vllm") and native.get("vllm_mode") == "server":
+            if native.get("vllm_server_base_url"):
+                problems.append(
+                    "`vllm_server_base_url` points the trainer at a server of your own, but cw runs the run's vLLM "
+                    "server itself; remove it (cw sets vllm_server_host/port to its Service)"
+                )
         return problems
 
+    def upgrade_config(self, native: dict[str, Any], training_type: TrainingType) -> tuple[dict[str, Any], list[str]]:
+        config, notes = dict(native), []
+        for old, new in RENAMED_KEYS.items():
+            if old not in config:
+                continue
+            value = config.pop(old)
+            if new is None:
+                notes.append(f"`{old}` no longer exists in transformers 5; cw leaves it out")
+            elif new in config and config[new] != value:
+                config[old] = value  # keep both: validate_config reports the clash
+            else:
+                config[new] = value
+                notes.append(f"`{old}: {value}` is spelled `{new}` in TRL {trl_keys()['trl']}; cw passes `{new}: {value}`")
+        if _inline_chat_template(config, training_type):
+            notes.append("`chat_template` (a template string) ships as /etc/cw/chat_template.jinja for `chat_template_path`")
+        return config, notes
+
     def _uses_generation_server(self, native: dict[str, Any], context: RunContext) -> bool:
-        return (
-            context.training_type is TrainingType.GRPO
-            and native.get("use_vllm", True) is not False
-            and native.get("vllm_mode", "server") == "server"
-        )
+        return context.training_type is TrainingType.GRPO and wants_vllm_server(native, context.cluster.services)
+
+    def native_resources(
+        self, native: dict[str, Any], training_type: TrainingType, base_dir: Path
+    ) -> dict[tuple[str, ...], tuple[int, str]]:
+        sizes: dict[tuple[str, ...], tuple[int, str]] = {}
+        processes, machines, source = _process_count(native, base_dir)
+        if processes is not None:
+            if machines and machines > 1:
+                sizes[("nodes",)] = (machines, f"num_machines{source}")
+            sizes[("gpu",)] = (max(1, processes // max(1, machines or 1)), f"num_processes{source}")
+        if training_type is TrainingType.GRPO and wants_vllm_server(native, {}):
+            tensor = native.get("vllm_tensor_parallel_size")
+            if isinstance(tensor, int) and not isinstance(tensor, bool) and tensor > 1:
+                sizes[("services", "server", "tensor_parallel_size")] = (tensor, "vllm_tensor_parallel_size")
+                sizes[("services", "server", "gpu")] = (tensor, "vllm_tensor_parallel_size")
+            port = native.get("vllm_server_port")
+            if isinstance(port, int) and not isinstance(port, bool):
+                sizes[("services", "server", "port")] = (port, "vllm_server_port")
+        return sizes
 
     def _uses_reward_server(self, context: RunContext) -> bool:
         reward = context.cluster.services.get("reward")
@@ -74,13 +144,20 @@ class TRLFramework(BaseTrainingFramework):
     def prepare_config(self, native: dict[str, Any], context: RunContext) -> dict[str, Any]:
         config = dict(native)
         config.setdefault("output_dir", context.output_dir)
+        if _inline_chat_template(native, context.training_type):
+            # open-r1 writes the template itself; `trl` reads a template file from chat_template_path.
+            config["chat_template_path"] = f"{CONFIG_MOUNT}/{CHAT_TEMPLATE_FILE}"
+            del config["chat_template"]
+        if "num_processes" in config:  # TRL hands it to accelerate; keep the file true to the pod
+            config["num_processes"] = total_processes(context)
         if self._uses_generation_server(native, context):
-            config.update(
-                use_vllm=True,
-                vllm_mode="server",
-                vllm_server_host=context.names["server"],
-                vllm_server_port=server_sizing(context, "server", VLLM_PORT).port,
-            )
+            host, port = context.names["server"], server_sizing(context, "server", VLLM_PORT).port
+            written = native.get("vllm_server_host")
+            if written is not None and written not in (host, *LOCAL_HOSTS):
+                raise ValueError(
+                    f"`vllm_server_host: {written}` names another server, but cw runs the run's own at {host}; remove it"
+                )
+            config.update(use_vllm=True, vllm_mode="server", vllm_server_host=host, vllm_server_port=port)
         if self._uses_reward_server(context):
             funcs = config.get("reward_funcs") or []
             funcs = [funcs] if isinstance(funcs, str) else list(funcs)
@@ -90,7 +167,9 @@ class TRLFramework(BaseTrainingFramework):
         return config
 
     def config_files(self, native: dict[str, Any], context: RunContext, base_dir: Path) -> dict[str, str]:
-        files = {LAUNCHER_FILE: runtime_file(LAUNCHER_FILE)}
+        files: dict[str, str] = {}
+        if _inline_chat_template(native, context.training_type):
+            files[CHAT_TEMPLATE_FILE] = native["chat_template"]
         if self._uses_reward_server(context):
             files[REWARD_SERVER_FILE] = runtime_file(REWARD_SERVER_FILE)
             files[REWARD_CLIENT_FILE] = runtime_file(REWARD_CLIENT_FILE)
@@ -98,8 +177,6 @@ class TRLFramework(BaseTrainingFramework):
 
     def trainer_command(self, config: dict[str, Any], context: RunContext) -> list[str]:
         return [
-            "python",
-            f"{CONFIG_MOUNT}/{LAUNCHER_FILE}",
             "trl",
             context.training_type.value,
             "--config",
@@ -123,6 +200,7 @@ class TRLFramework(BaseTrainingFramework):
                 "vllm",
                 "serve",
                 str(native["model_name_or_path"]),
+                *vllm_model_args(native),
                 *server.parallel_args(),
                 "--weight-transfer-config",
                 '{"backend":"nccl"}',
@@ -146,6 +224,111 @@ class TRLFramework(BaseTrainingFramework):
             ]
             services.append(reward.service(context.cluster.image or TRL_IMAGE, command, "/health"))
         return services
+
+
+#: Keys of older TRL / transformers releases (what TRL's docs, open-r1 and alignment-handbook
+#: still write) -> their current name, or None where the setting is gone. cw translates them with
+#: a note; `warmup_steps` below 1 is a ratio in transformers 5, so `warmup_ratio` carries over.
+RENAMED_KEYS: dict[str, str | None] = {
+    "max_seq_length": "max_length",
+    "torch_dtype": "dtype",
+    "warmup_ratio": "warmup_steps",
+    "evaluation_strategy": "eval_strategy",
+    "overwrite_output_dir": None,  # cw gives each run its own folder and resumes there
+}
+
+
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+
+
+def _inline_chat_template(native: dict[str, Any], training_type: TrainingType = TrainingType.SFT) -> bool:
+    """An open-r1-style template string, for a command that reads `chat_template_path` (trl sft)."""
+    return (
+        training_type is TrainingType.SFT
+        and isinstance(native.get("chat_template"), str)
+        and "chat_template_path" not in native
+    )
+
+
+@lru_cache(maxsize=1)
+def trl_keys() -> dict[str, Any]:
+    """Keys `trl <type> --config` reads, per type, and `accelerate launch`'s (generated by tools/trl_keys.py)."""
+    import json  # lazily, like everything only validation needs: `cw --help` stays fast
+
+    return json.loads(KEYS_FILE.read_text(encoding="utf-8"))
+
+
+def _unknown_keys(native: dict[str, Any], training_type: TrainingType) -> list[str]:
+    """Keys `trl` would hand to `accelerate launch`, which stops at any option it does not know."""
+    from difflib import get_close_matches
+
+    keys = trl_keys()
+    known = set(keys[training_type.value]) | set(keys["launcher"])
+    if _inline_chat_template(native, training_type):
+        known.add("chat_template")
+    problems = []
+    # FOREIGN_KEYS have their own message; RENAMED_KEYS are translated by upgrade_config.
+    for key in sorted(set(map(str, native)) - known - set(FOREIGN_KEYS) - set(RENAMED_KEYS)):
+        close = get_close_matches(key, sorted(known), n=1, cutoff=0.8)  # typos only, not guesses
+        fix = f"is not an option of `trl {training_type.value}` (TRL {keys['trl']})" + (
+            f"; did you mean `{close[0]}`?" if close else "; it is read by another project's script, not by `trl`"
+        )
+        problems.append(f"`{key}` {fix} (trl would pass it to `accelerate launch`, which stops)")
+    return problems
+
+
+def wants_vllm_server(native: dict[str, Any], services: dict[str, Any]) -> bool:
+    """Whether a GRPO config generates with a separate vLLM server.
+
+    TRL's own defaults are ``use_vllm: false`` and ``vllm_mode: colocate`` (TRL 1.16): only a
+    config that asks for server mode, or configures ``services.server``, gets one.
+    """
+    if native.get("use_vllm") is False or native.get("vllm_mode") == "colocate":
+        return False
+    return (native.get("use_vllm") is True and native.get("vllm_mode") == "server") or "server" in services
+
+
+#: TRL settings that describe the model or vLLM, and the `vllm serve` flag that carries each.
+_VLLM_FLAGS = {
+    "model_revision": "--revision",
+    "dtype": "--dtype",
+    "torch_dtype": "--dtype",  # older TRL / transformers spelling
+    "vllm_max_model_length": "--max-model-len",
+    "vllm_gpu_memory_utilization": "--gpu-memory-utilization",
+    "vllm_model_impl": "--model-impl",
+}
+
+
+def vllm_model_args(native: dict[str, Any]) -> list[str]:
+    """`vllm serve` flags for what the config says about the model, so the server loads the same one."""
+    args: list[str] = []
+    for key, flag in _VLLM_FLAGS.items():
+        value = native.get(key)
+        if value is not None and flag not in args:
+            args += [flag, str(value)]
+    if native.get("trust_remote_code") is True:
+        args.append("--trust-remote-code")
+    return args
+
+
+def _process_count(native: dict[str, Any], base_dir: Path) -> tuple[int | None, int | None, str]:
+    """``num_processes`` / ``num_machines`` from the config or the accelerate config file it names."""
+    if isinstance(native.get("num_processes"), int):
+        machines = native.get("num_machines") if isinstance(native.get("num_machines"), int) else None
+        return native["num_processes"], machines, ""
+    accelerate = native.get("accelerate_config")
+    if isinstance(accelerate, str) and accelerate.endswith((".yaml", ".yml", ".json")):
+        path = (base_dir / accelerate).expanduser()
+        try:
+            import yaml
+
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, yaml.YAMLError):
+            return None, None, ""
+        if isinstance(data, dict) and isinstance(data.get("num_processes"), int):
+            machines = data.get("num_machines") if isinstance(data.get("num_machines"), int) else None
+            return data["num_processes"], machines, f" (in {accelerate})"
+    return None, None, ""
 
 
 def get_plugin() -> SimplePlugin:

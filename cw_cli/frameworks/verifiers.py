@@ -1,9 +1,10 @@
 """verifiers: its own RL stack, `vf-vllm` (inference) plus `vf-train @ config.toml` under accelerate.
 
 The native config is the TOML that verifiers' `vf-rl` reads (``model``, ``[env]``,
-``[inference]``, ``[trainer]``), written in YAML beside cw's fields and mounted as
-``/etc/cw/config.toml``; its ``[env]`` section is spelled ``environment:`` in the YAML because
-``env:`` is cw's field for environment variables. verifiers 0.1.9.post3 is the newest PyPI release whose trainer and
+``[inference]``, ``[trainer]``): the published ``.toml`` file itself, or the same in YAML beside
+cw's fields, mounted as ``/etc/cw/config.toml``. Its ``[env]`` section may be written ``env:``
+(a mapping with ``id``) or ``environment:``; an ``env:`` without ``id`` is cw's environment
+variables. ``inference.gpus`` and ``trainer.gpus`` size the server and trainer pods. verifiers 0.1.9.post3 is the newest PyPI release whose trainer and
 ``vf-vllm`` are in the package (later releases moved them out, and no longer publish them on PyPI), so
 cw pins it and installs it over the vLLM image it was built against when the image lacks it.
 """
@@ -49,26 +50,32 @@ VLLM_PORT = 8000
 WEIGHT_SYNC_PORT = 51216
 CONFIG_NAME = "config.toml"
 ACCELERATE_CONFIGS = ("zero1", "zero2", "zero3", "multi_gpu")
-#: vf-vllm flags cw derives from `services.server` (name in `inference.args` -> where to set it).
+#: vf-vllm flags cw derives from `services.server` (name in `inference.args` -> where to set it);
+#: written with the value cw uses they are accepted (vf-rl's own files write some of them).
 SERVER_MANAGED_ARGS = {
     "model": "`model`",
     "host": "nothing (cw listens on 0.0.0.0)",
     "port": "`services.server.port`",
     "tensor_parallel_size": "`services.server.tensor_parallel_size`",
-    "data_parallel_size": "`services.server.gpu` (data parallel = GPUs / tensor parallel)",
+    "data_parallel_size": "`inference.gpus` (data parallel = GPUs / tensor parallel)",
 }
 #: RLConfig fields cw sets to reach the run's server and volume.
 TRAINER_MANAGED_ARGS = ("vllm_server_host", "vllm_server_port")
-#: The keys vf-rl and vf-train read (section -> its keys); anything else would be ignored silently.
+#: The keys of a vf-rl file (section -> its keys); anything else would be ignored silently.
+#: `trainer.run_name` appears in verifiers' own published configs.
 SCHEMA_KEYS = {
-    "": {"model", "environment", "inference", "trainer", "script", "accelerate_config"},
-    "environment": {"id", "args"},
+    "": {"model", "env", "environment", "inference", "trainer", "script", "accelerate_config"},
+    "env": {"id", "args"},
     "inference": {"gpus", "args"},
-    "trainer": {"gpus", "args"},
+    "trainer": {"gpus", "args", "run_name"},
 }
+#: verifiers' CLI that installs an environment from its hub (what vf-rl runs before vf-train).
+PRIME_CLI = "prime==0.18.0"
 
 
 def _mapping(native: dict[str, Any], *path: str) -> dict[str, Any]:
+    if path and path[0] == "env":  # vf-rl's [env], whichever spelling the file uses
+        path = ("environment" if "environment" in native else "env", *path[1:])
     node: Any = native
     for key in path:
         node = node.get(key) if isinstance(node, dict) else None
@@ -112,6 +119,8 @@ class VerifiersFramework(BaseTrainingFramework):
     training_types = (TrainingType.GRPO,)
     aliases = {"rlhf": TrainingType.GRPO}
     config_file_name = CONFIG_NAME
+    model_key = "model"
+    output_keys = (("trainer", "args", "output_dir"),)
 
     def default_image(self, training_type: TrainingType) -> str:
         return VERIFIERS_IMAGE
@@ -122,15 +131,36 @@ class VerifiersFramework(BaseTrainingFramework):
         return {"accelerate_config": "zero3", "trainer": {"args": {"report_to": "none"}}}
 
     def required_keys(self, training_type: TrainingType) -> list[tuple[str, ...]]:
-        return [("model",), ("environment",)]
+        return [("model",), ("env", "environment")]
+
+    def claims_native_keys(self, data: dict[str, Any]) -> set[str]:
+        env = data.get("env")
+        return {"env"} if isinstance(env, dict) and ("id" in env or isinstance(env.get("args"), dict)) else set()
+
+    def native_resources(
+        self, native: dict[str, Any], training_type: TrainingType, base_dir: Path
+    ) -> dict[tuple[str, ...], tuple[int, str]]:
+        sizes: dict[tuple[str, ...], tuple[int, str]] = {}
+        for key_path, field_path in (
+            (("trainer", "gpus"), ("gpu",)),
+            (("inference", "gpus"), ("services", "server", "gpu")),
+            (("inference", "args", "tensor_parallel_size"), ("services", "server", "tensor_parallel_size")),
+            (("inference", "args", "port"), ("services", "server", "port")),
+        ):
+            value = _mapping(native, *key_path[:-1]).get(key_path[-1])
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+                sizes[field_path] = (value, ".".join(key_path))
+        return sizes
 
     def validate_config(self, native: dict[str, Any], training_type: TrainingType) -> list[str]:
         problems = super().validate_config(native, training_type)
         if "model" in native and (not isinstance(native["model"], str) or not native["model"]):
             problems.append("`model` must be a model name or a path such as /checkpoints/base")
-        env = native.get("environment")
-        if env is not None and (not isinstance(env, dict) or not isinstance(env.get("id"), str) or not env["id"]):
-            problems.append("`environment.id` must name the verifiers environment (a module with `load_environment`)")
+        if "env" in native and "environment" in native:
+            problems.append("`env` and `environment` both give vf-rl's [env] section; keep one")
+        env = _mapping(native, "env") if ("env" in native or "environment" in native) else None
+        if env is not None and (not isinstance(env.get("id"), str) or not env["id"]):
+            problems.append("`env.id` must name the verifiers environment (a module with `load_environment`, or a hub id)")
         for section, known in SCHEMA_KEYS.items():
             node = _mapping(native, section) if section else native
             for key in sorted(set(node) - known, key=str):
@@ -144,13 +174,9 @@ class VerifiersFramework(BaseTrainingFramework):
                 problems.append(f"`{section}` must be a mapping")
             elif "args" in _mapping(native, section) and not isinstance(native[section]["args"], dict):
                 problems.append(f"`{section}.args` must be a mapping")
-        for key in SERVER_MANAGED_ARGS.keys() & _mapping(native, "inference", "args").keys():
-            problems.append(f"`inference.args.{key}` is set by cw from {SERVER_MANAGED_ARGS[key]}; remove it")
         for key, value in _mapping(native, "inference", "args").items():
             if isinstance(value, list):
                 problems.append(f"`inference.args.{key}`: a list has no single vf-vllm flag form; use a string")
-        for key in set(TRAINER_MANAGED_ARGS) & _mapping(native, "trainer", "args").keys():
-            problems.append(f"`trainer.args.{key}` is set by cw to the run's server; remove it")
         for path in _nulls(native, ""):
             problems.append(f"`{path}` is null, which TOML cannot hold; remove the key or give a value")
         script = native.get("script")
@@ -163,19 +189,44 @@ class VerifiersFramework(BaseTrainingFramework):
 
     def prepare_config(self, native: dict[str, Any], context: RunContext) -> dict[str, Any]:
         server = server_sizing(context, "server", VLLM_PORT)
-        _check_gpu_split(native, server.gpus, context.gpus)
         args = dict(_mapping(native, "trainer", "args"))
         _check_batch(args, total_processes(context))
+        ours = {"vllm_server_host": context.names["server"], "vllm_server_port": server.port}
+        _check_managed(args, ours, "trainer.args", "is set by cw to the run's server")
         args.setdefault("output_dir", context.output_dir)
-        args.setdefault("run_name", context.run_name)
-        args.update(vllm_server_host=context.names["server"], vllm_server_port=server.port)
+        args.setdefault("run_name", _mapping(native, "trainer").get("run_name") or context.run_name)
+        args.update(ours)
+        server_args = dict(_mapping(native, "inference", "args"))
+        managed = {
+            "model": native.get("model"),
+            "host": "0.0.0.0",
+            "port": server.port,
+            "tensor_parallel_size": server.tensor_parallel,
+            "data_parallel_size": server.data_parallel,
+        }
+        _check_managed(server_args, managed, "inference.args", "is set by cw from {}", SERVER_MANAGED_ARGS)
         config = {("env" if key == "environment" else key): value for key, value in native.items()}
         if "script" in config:
             config["script"] = Path(str(native["script"])).name
-        # vf-rl's own GPU counts, written from cw's sizing so the mounted file tells the truth.
-        config["inference"] = {**_mapping(native, "inference"), "gpus": server.gpus}
+        # vf-rl's own GPU counts, written from cw's sizing so the mounted file tells the truth;
+        # the flags cw derives itself are left out of `inference.args` (same values, checked above).
+        inference = {**_mapping(native, "inference"), "gpus": server.gpus}
+        if "args" in inference:
+            inference["args"] = {k: v for k, v in server_args.items() if k not in managed}
+        config["inference"] = inference
         config["trainer"] = {**_mapping(native, "trainer"), "gpus": context.gpus, "args": args}
         return config
+
+    def setup_commands(self, config: dict[str, Any], context: RunContext) -> list[list[str]]:
+        env_id = str(config["env"]["id"])
+        if _module_name(env_id) in self._shipped_modules(context):
+            return []
+        # As vf-rl does before vf-train: install the environment from its hub (needs network).
+        return [["prime", "env", "install", env_id, "--with", "pip"]]
+
+    @staticmethod
+    def _shipped_modules(context: RunContext) -> set[str]:
+        return {Path(name).stem for name in context.cluster.files if name.endswith(".py")}
 
     def serialize_config(self, config: dict[str, Any]) -> str:
         import tomli_w  # lazily: only verifiers runs need it
@@ -184,7 +235,10 @@ class VerifiersFramework(BaseTrainingFramework):
 
     def pip_packages(self, config: dict[str, Any], context: RunContext) -> list[str]:
         # A user's image (`image:`) is taken as complete; the pinned default lacks verifiers.
-        return [] if context.cluster.image else list(VERIFIERS_STACK)
+        packages = [] if context.cluster.image else list(VERIFIERS_STACK)
+        if self.setup_commands(config, context):
+            packages.append(PRIME_CLI)
+        return packages
 
     def config_files(self, native: dict[str, Any], context: RunContext, base_dir: Path) -> dict[str, str]:
         if "script" not in native:
@@ -211,29 +265,26 @@ class VerifiersFramework(BaseTrainingFramework):
 
     def services(self, native: dict[str, Any], context: RunContext) -> list[ServiceDef]:
         server = server_sizing(context, "server", VLLM_PORT)
-        command = [
-            "vf-vllm",
-            "--model",
-            str(native["model"]),
-            *server_flags(_mapping(native, "inference", "args")),
-            *server.parallel_args(),
-        ]
+        managed = set(SERVER_MANAGED_ARGS)
+        own_args = {k: v for k, v in _mapping(native, "inference", "args").items() if k not in managed}
+        command = ["vf-vllm", "--model", str(native["model"]), *server_flags(own_args), *server.parallel_args()]
         definition = server.service(context.cluster.image or VERIFIERS_IMAGE, command, "/health")
         return [replace(definition, extra_ports={"weight-sync": WEIGHT_SYNC_PORT}, headless=True)]
 
 
-def _check_gpu_split(native: dict[str, Any], server_gpus: int, trainer_gpus: int) -> None:
-    """vf-rl's `inference.gpus` / `trainer.gpus`, when written, must agree with cw's sizing."""
-    for section, actual, field in (
-        ("inference", server_gpus, "services.server.gpu"),
-        ("trainer", trainer_gpus, "gpu (or --gpu)"),
-    ):
-        wanted = _mapping(native, section).get("gpus")
-        if wanted is not None and wanted != actual:
-            raise ValueError(
-                f"`{section}.gpus: {wanted}` but cw gives the {section} {actual} GPUs; "
-                f"set `{field}: {wanted}`, which sizes the pod (or remove `{section}.gpus`)"
-            )
+def _module_name(env_id: str) -> str:
+    """The module verifiers imports for an environment id (its own rule: last path part, '-' -> '_')."""
+    return env_id.replace("-", "_").split("/")[-1]
+
+
+def _check_managed(
+    written: dict[str, Any], ours: dict[str, Any], section: str, why: str, where: dict[str, str] | None = None
+) -> None:
+    """A setting cw manages may be written only with the value cw uses."""
+    for key, value in ours.items():
+        if key in written and written[key] != value:
+            reason = why.format((where or {}).get(key, ""))
+            raise ValueError(f"`{section}.{key}: {written[key]}` {reason}, which gives {value}; remove it")
 
 
 def _check_batch(args: dict[str, Any], processes: int) -> None:

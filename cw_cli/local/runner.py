@@ -78,6 +78,20 @@ def volume_sources(job: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {v["name"]: dict(v) for v in pod_spec(job).get("volumes", [])}
 
 
+def configmap_files(configmap: Mapping[str, Any], items: list[Mapping[str, str]] | None = None) -> dict[str, str | bytes]:
+    """The files a ConfigMap volume shows: path in the mount -> text (``data``) or bytes (``binaryData``).
+
+    With ``items`` only the listed keys appear, each at its ``path`` (as the kubelet projects them).
+    """
+    import base64
+
+    by_key: dict[str, str | bytes] = dict(configmap.get("data") or {})
+    by_key.update({key: base64.b64decode(value) for key, value in (configmap.get("binaryData") or {}).items()})
+    if not items:
+        return by_key
+    return {item["path"]: by_key[item["key"]] for item in items if item["key"] in by_key}
+
+
 def mount_table(
     job: Mapping[str, Any],
     container: Mapping[str, Any],
@@ -85,14 +99,14 @@ def mount_table(
     config_dir: Path,
     checkpoint_dir: Path,
     scratch_dir: Path,
-) -> tuple[dict[str, Path], dict[str, str]]:
+) -> tuple[dict[str, Path], dict[str, str | bytes]]:
     """Local folder per container mount path, and the ConfigMap files to write.
 
     ConfigMap volumes map to ``config_dir``, ``/checkpoints`` to ``checkpoint_dir``, any other
     mount to a folder under ``scratch_dir``; ``/dev/shm`` is left alone.
 
     Returns:
-        (mount path -> local folder, ConfigMap key -> text).
+        (mount path -> local folder, path under the ConfigMap mount -> text or bytes).
 
     Raises:
         LocalRunError: A mounted ConfigMap is not among the manifests.
@@ -100,7 +114,7 @@ def mount_table(
     volumes = volume_sources(job)
     configmaps = find_configmaps(manifests)
     mounts: dict[str, Path] = {}
-    files: dict[str, str] = {}
+    files: dict[str, str | bytes] = {}
     for mount in container.get("volumeMounts", []):
         path = mount["mountPath"].rstrip("/") or "/"
         if path in _SKIP_MOUNTS:
@@ -110,7 +124,7 @@ def mount_table(
             name = volume["configMap"].get("name")
             if name not in configmaps:
                 raise LocalRunError(f"ConfigMap {name!r} mounted at {path} is not in the manifests")
-            files.update(configmaps[name].get("data") or {})
+            files.update(configmap_files(configmaps[name], volume["configMap"].get("items")))
             mounts[path] = config_dir
         elif path == CHECKPOINT_MOUNT:
             mounts[path] = checkpoint_dir
@@ -118,7 +132,7 @@ def mount_table(
             mounts[path] = scratch_dir / path.strip("/").replace("/", "_")
     if CONFIG_MOUNT not in mounts and len(configmaps) == 1:
         # A plan whose Job does not mount the ConfigMap still has one: use it at /etc/cw.
-        files.update(next(iter(configmaps.values())).get("data") or {})
+        files.update(configmap_files(next(iter(configmaps.values()))))
         mounts[CONFIG_MOUNT] = config_dir
     mounts.setdefault(CHECKPOINT_MOUNT, checkpoint_dir)
     return mounts, files
@@ -303,15 +317,20 @@ class LocalRunner:
             local.mkdir(parents=True, exist_ok=True)
 
         files: dict[str, Path] = {}
-        for key, text in data.items():
-            if "/" in key or key in ("", ".", ".."):
-                raise LocalRunError(f"bad ConfigMap key {key!r}")
-            text = map_paths(str(text), mounts)
-            if key == CONFIG_KEY:
-                text = apply_overrides(text, self.config_overrides)
-            path = config_dir / key
-            path.write_text(text, encoding="utf-8")
-            files[key] = path
+        for relative, content in data.items():
+            parts = relative.split("/")
+            if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
+                raise LocalRunError(f"bad ConfigMap path {relative!r}")
+            path = config_dir.joinpath(*parts)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                text = map_paths(content, mounts)
+                if relative == CONFIG_KEY:
+                    text = apply_overrides(text, self.config_overrides)
+                path.write_text(text, encoding="utf-8")
+            files[relative] = path
 
         env_base = dict(os.environ) if self.inherit_env else {}
         cenv, missing = container_env(container, host_env=os.environ)
@@ -336,6 +355,7 @@ class LocalRunner:
         command[0] = resolve_executable(command[0], self.python)
         cwd = Path(container["workingDir"]) if container.get("workingDir") else self.workdir
         cwd = Path(map_paths(str(cwd), mounts))
+        cwd.mkdir(parents=True, exist_ok=True)  # the container runtime creates a missing workingDir too
         self._prepared = LocalRun(
             command=command,
             env=env,

@@ -13,9 +13,18 @@ Trainer writes last), appends ``--resume_from_checkpoint <that folder>``. TRL's 
 that step with its optimizer, scheduler and RNG state.
 
 Nothing is added when the user already set ``resume_from_checkpoint`` (config or command
-line), when ``CW_AUTO_RESUME`` is ``0``/``false``/``no``, or when there is no checkpoint yet.
+line), when ``CW_AUTO_RESUME`` is ``0``/``false``/``no``, when there is no checkpoint yet, or
+with ``--no-resume`` (frameworks that resume by themselves, such as Axolotl).
+
+Before anything runs, the working directory (the run's folder, ``/checkpoints/<run>``) is
+claimed for this run: ``.cw-run.json`` records the framework, training type and model of
+``CW_RUN_IDENTITY``. A later launch under the same run name with a different identity stops
+with exit code 3 instead of resuming from, or writing over, another run's checkpoints.
+
 Then the process image is replaced (``os.execvp``), so signals and the exit code are the
-command's own. ``--dry-run`` as the first argument prints the final command instead.
+command's own. Options before the command: ``--dry-run`` prints the final command instead,
+``--no-resume`` skips the resume step, ``--setup JSON`` runs a JSON argv first (e.g. installing a
+verifiers environment from its hub; its failure stops the pod with its exit code); ``--`` ends them.
 """
 
 from __future__ import annotations
@@ -23,11 +32,49 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _PREFIX = "[cw-launch]"
+MARKER = ".cw-run.json"
+IDENTITY_ENV = "CW_RUN_IDENTITY"
+FOREIGN_FOLDER_EXIT = 3
+
+
+def claim_folder(folder: str | os.PathLike, identity_json: str | None) -> str:
+    """Record which run owns ``folder``, or stop if another run's checkpoints are there.
+
+    Returns:
+        A one-line note for the log.
+
+    Raises:
+        SystemExit: The folder belongs to a run with another framework, type or model.
+    """
+    if not identity_json:
+        return "no run identity given"
+    identity = json.loads(identity_json)
+    marker = Path(folder) / MARKER
+    try:
+        owner = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        owner = None
+    if isinstance(owner, dict):
+        differs = {k: (owner.get(k), v) for k, v in identity.items() if k != "run" and owner.get(k) != v}
+        if differs:
+            listed = ", ".join(f"{k}: {old!r} there, {new!r} now" for k, (old, new) in sorted(differs.items()))
+            print(
+                f"{_PREFIX} {Path(folder).resolve()} holds the outputs of another run ({listed}); refusing to resume "
+                "from or overwrite them. Launch with another --name, or delete that folder to reuse the name.",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(FOREIGN_FOLDER_EXIT)
+        return f"{Path(folder).resolve()} belongs to this run"
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(identity, sort_keys=True) + "\n", encoding="utf-8")
+    return f"claimed {Path(folder).resolve()} for this run"
 
 
 def _flag_value(argv: list[str], flag: str) -> str | None:
@@ -115,10 +162,27 @@ def build_command(argv: list[str], environ: dict | None = None) -> tuple[list[st
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    dry_run = bool(argv) and argv[0] == "--dry-run"
-    if dry_run:
-        argv = argv[1:]
-    command, reason = build_command(argv)
+    options = set()
+    setups: list[list[str]] = []
+    while argv and argv[0] in ("--dry-run", "--no-resume", "--setup"):
+        option = argv.pop(0)
+        if option == "--setup" and argv:
+            setups.append([str(part) for part in json.loads(argv.pop(0))])
+        options.add(option)
+    dry_run = "--dry-run" in options
+    if not dry_run:
+        print(f"{_PREFIX} {claim_folder(os.getcwd(), os.environ.get(IDENTITY_ENV))}", file=sys.stderr, flush=True)
+        for setup in setups:
+            print(f"{_PREFIX} setup: {' '.join(setup)}", file=sys.stderr, flush=True)
+            code = subprocess.call(setup)
+            if code != 0:
+                print(f"{_PREFIX} setup failed with exit code {code}: {' '.join(setup)}", file=sys.stderr, flush=True)
+                return code
+    if "--no-resume" in options:
+        command, reason = build_command(argv, {"CW_AUTO_RESUME": "0"})
+        reason = "resume is left to the framework"
+    else:
+        command, reason = build_command(argv)
     print(f"{_PREFIX} {reason}", file=sys.stderr, flush=True)
     if dry_run:
         print(json.dumps(command))

@@ -85,6 +85,49 @@ def test_cw_launch_dry_run_and_exec(tmp_path, capfd):
     assert json.loads(capfd.readouterr().out.strip()) == ["echo", "hi"]
 
 
+def test_cw_launch_claims_the_run_folder_and_refuses_another_runs(tmp_path, capfd):
+    launch = _load("cw_launch")
+    mine = json.dumps({"framework": "trl", "type": "sft", "model": "org/a"})
+    assert "claimed" in launch.claim_folder(tmp_path / "run", mine)
+    assert json.loads((tmp_path / "run" / ".cw-run.json").read_text())["model"] == "org/a"
+    assert "belongs to this run" in launch.claim_folder(tmp_path / "run", mine)  # a relaunch resumes
+    other = json.dumps({"framework": "trl", "type": "sft", "model": "org/b"})
+    with pytest.raises(SystemExit) as stop:
+        launch.claim_folder(tmp_path / "run", other)
+    assert stop.value.code == launch.FOREIGN_FOLDER_EXIT == 3
+    err = capfd.readouterr().err
+    assert "model: 'org/a' there, 'org/b' now" in err and "another --name" in err
+    assert json.loads((tmp_path / "run" / ".cw-run.json").read_text())["model"] == "org/a"
+
+
+def test_cw_launch_runs_setup_steps_first_and_stops_on_their_failure(tmp_path, monkeypatch):
+    launch = _load("cw_launch")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CW_RUN_IDENTITY", raising=False)
+    marker = tmp_path / "setup-ran"
+    touch = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
+    executed = []
+    monkeypatch.setattr(launch.os, "execvp", lambda prog, argv: executed.append(argv))
+    launch.main(["--no-resume", "--setup", json.dumps(touch), "--", "echo", "trained"])
+    assert marker.exists() and executed == [["echo", "trained"]]
+    failing = [sys.executable, "-c", "raise SystemExit(7)"]
+    assert launch.main(["--no-resume", "--setup", json.dumps(failing), "--", "echo", "never"]) == 7
+    assert executed == [["echo", "trained"]]
+
+
+def test_local_runner_lays_out_configmap_items_and_binary_files(tmp_path):
+    import base64
+
+    from cw_cli.local.runner import configmap_files
+
+    config_map = {"data": {"config.yaml": "a: 1\n", "ref0-t.jsonl": "{}\n"},
+                  "binaryData": {"ref1-b.bin": base64.b64encode(b"\x00\xff").decode()}}  # fmt: skip
+    items = [{"key": "config.yaml", "path": "config.yaml"}, {"key": "ref0-t.jsonl", "path": "files/d/t.jsonl"},
+             {"key": "ref1-b.bin", "path": "files/d/b.bin"}]  # fmt: skip
+    assert configmap_files(config_map, items) == {"config.yaml": "a: 1\n", "files/d/t.jsonl": "{}\n", "files/d/b.bin": b"\x00\xff"}
+    assert set(configmap_files(config_map)) == {"config.yaml", "ref0-t.jsonl", "ref1-b.bin"}
+
+
 # --------------------------------------------------------------------------- runner helpers
 
 

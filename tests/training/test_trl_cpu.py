@@ -191,3 +191,48 @@ def test_reward_server_scores_with_a_real_model(reward_server):
     convs = [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]]
     assert len(post({"messages": convs})) == 1
     assert reward_server.stats()["texts"] == 7
+
+
+def test_config_as_written_for_a_workstation_keeps_its_outputs_on_the_volume_and_resumes(
+    render_plan, with_launcher, tiny_model, sft_dataset, tmp_path
+):
+    """A user's own config: a relative `output_dir` and a dataset folder next to the file. The
+    exact rendered command (the ConfigMap, /checkpoints mapped to a local folder) writes the
+    checkpoint into the run's folder on the volume; relaunching the same config resumes from it;
+    another model under the same run name is refused instead of resuming from or overwriting it."""
+    import shutil
+
+    import yaml
+
+    user = tmp_path / "workstation"
+    shutil.copytree(sft_dataset, user / "data" / "sft")
+    config = user / "sft.yaml"
+    config.write_text(yaml.safe_dump({
+        "checkpoint_volume": "ckpts",
+        "model_name_or_path": str(tiny_model),
+        "dataset_name": "data/sft",          # relative to the config, shipped with the run
+        "output_dir": "outputs/tiny-sft",    # relative: lands in /checkpoints/<run>/outputs/tiny-sft
+        "max_length": 64,
+    }))
+    manifests, _ = with_launcher(render_plan("trl", "sft", config, run_name="t-rel"))
+    checkpoints = tmp_path / "volume"
+    output_dir = checkpoints / "t-rel" / "outputs" / "tiny-sft"
+
+    prepared, log, _ = run_trainer(manifests, checkpoints, tmp_path / "run1", {})
+    assert prepared.cwd == checkpoints / "t-rel"
+    assert "no checkpoint in outputs/tiny-sft" in log
+    assert_trained(output_dir, 2)
+    assert json.loads((checkpoints / "t-rel" / ".cw-run.json").read_text())["model"] == str(tiny_model)
+
+    _, log, _ = run_trainer(manifests, checkpoints, tmp_path / "run2", {"max_steps": 4})
+    assert "resuming from checkpoint outputs/tiny-sft/checkpoint-2" in log
+    state = assert_trained(output_dir, 4)
+    assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3, 4]
+
+    other = yaml.safe_load(config.read_text()) | {"model_name_or_path": "someone/else"}
+    config.write_text(yaml.safe_dump(other))
+    manifests, _ = with_launcher(render_plan("trl", "sft", config, run_name="t-rel"))
+    runner = LocalRunner(manifests, checkpoints, workdir=tmp_path / "run3", extra_env=OFFLINE_ENV, cpu_only=True)
+    lines: list[str] = []
+    assert runner.run(lines.append) == 3
+    assert "holds the outputs of another run" in "\n".join(lines)

@@ -1,6 +1,8 @@
 """Validate an Axolotl config.yaml with Axolotl's own schema; run with an interpreter that has axolotl.
 
-    python validate_axolotl.py CONFIG.yaml   -> prints one JSON line {"ok": bool, ...}; exit 0 either way
+    python validate_axolotl.py [--gpus N] CONFIG.yaml [[--gpus N] CONFIG.yaml ...]
+        -> one JSON line {"ok": bool, "path": ..., ...} per config (Axolotl is imported once); exit 0 either way
+    --gpus: the trainer's world size for the configs after it (default 8, one 8-GPU node).
 """
 
 import json
@@ -21,17 +23,28 @@ try:
 except Exception:  # noqa: BLE001
     axolotl_version = "unknown"
 
-with open(sys.argv[1], encoding="utf-8") as fh:
-    raw = yaml.safe_load(fh)
-try:
-    # Validate as on an 8x H100 node: the capabilities only gate GPU-specific options.
-    cfg = validate_config(
-        DictDefault(raw),
-        capabilities={"bf16": True, "fp8": True, "n_gpu": 8, "compute_capability": "sm_90"},
-        env_capabilities={"torch_version": "2.7.0"},
-    )
-    print(json.dumps({"ok": True, "axolotl": axolotl_version,
-                      "checked": {k: cfg.get(k) for k in ("base_model", "rl", "output_dir",
-                                                          "auto_resume_from_checkpoints")}}, default=str))
-except Exception as exc:  # noqa: BLE001 - report any validation error
-    print(json.dumps({"ok": False, "axolotl": axolotl_version, "error": f"{type(exc).__name__}: {exc}"}))
+
+
+def validate(path: str, gpus: int) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        raw = yaml.safe_load(fh)
+    try:
+        # Validate as on an 8x H100 node: the capabilities only gate GPU-specific options.
+        cfg = validate_config(
+            DictDefault(raw),
+            capabilities={"bf16": True, "fp8": True, "n_gpu": gpus, "compute_capability": "sm_90"},
+            env_capabilities={"torch_version": "2.7.0"},
+        )
+        checked = {k: cfg.get(k) for k in ("base_model", "rl", "output_dir", "auto_resume_from_checkpoints")}
+        return {"ok": True, "path": path, "axolotl": axolotl_version, "checked": checked}
+    except Exception as exc:  # noqa: BLE001 - report any validation error
+        return {"ok": False, "path": path, "axolotl": axolotl_version, "error": f"{type(exc).__name__}: {exc}"}
+
+
+world_size, args = 8, sys.argv[1:]
+while args:
+    arg = args.pop(0)
+    if arg == "--gpus":
+        world_size = int(args.pop(0))
+        continue
+    print(json.dumps(validate(arg, world_size), default=str), flush=True)

@@ -49,6 +49,10 @@ def test_dry_run_prints_multi_document_yaml_without_touching_kubeconfig_or_kuber
     assert [(d["kind"], d["metadata"]["name"]) for d in documents] == [
         ("Job", "cli-run-trainer"),
         ("ConfigMap", "cli-run-config"),
+        ("ServiceAccount", "cli-run-keeper"),
+        ("Role", "cli-run-keeper"),
+        ("RoleBinding", "cli-run-keeper"),
+        ("NetworkPolicy", "cli-run-network"),
         ("Deployment", "cli-run-server"),
         ("Service", "cli-run-server"),
         ("Deployment", "cli-run-reward"),
@@ -56,7 +60,8 @@ def test_dry_run_prints_multi_document_yaml_without_touching_kubeconfig_or_kuber
     ]
     trainer = documents[0]["spec"]["template"]["spec"]["containers"][0]
     assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "4"
-    assert result.stdout.count("\n---\n") == 5
+    assert result.stdout.count("\n---\n") == len(documents) - 1 == 9
+    assert result.stdout.startswith("# cw --dry-run: for reading, not for `kubectl apply`.")
 
 
 def test_dry_run_generates_a_fresh_name_each_time(env):

@@ -143,8 +143,8 @@ def test_golden_trainer_job_is_first_owner_and_only_trainer_has_config_gpus(stem
         assert served["requests"]["nvidia.com/gpu"] == want and served["limits"]["nvidia.com/gpu"] == want
         if "memory" in spec:
             assert served["requests"]["memory"] == spec["memory"] == served["limits"]["memory"]
-        else:
-            assert "memory" not in served["requests"], "a service must not inherit the trainer's memory"
+        else:  # its own default, sized by its GPUs, never the trainer's
+            assert served["requests"]["memory"] == f"{32 * int(want)}Gi" != trainer["resources"]["requests"].get("memory")
 
 
 # verifiers' TOML nests its trainer settings (checked in test_verifiers_config.py).

@@ -36,14 +36,15 @@ BASE = {"model_name_or_path": "m", "dataset_name": "d", "services": {"server": {
 
 def _write(tmp_path, data):
     """JSON is YAML: every string stays quoted, so "true" or "1e5" stay strings in the file."""
-    return write_config(tmp_path, json.dumps(data, ensure_ascii=False, indent=1))
+    return write_config(tmp_path, json.dumps({"checkpoint_volume": "ckpts", **data}, ensure_ascii=False, indent=1))
 
 
 def _shape(manifests):
     """Kinds, names, and the keys of every level that cw (not the user) decides."""
     shape = []
     for m in manifests:
-        entry = [m["kind"], m["metadata"]["name"], sorted(m), sorted(m["metadata"]), sorted(m.get("spec") or m.get("data"))]
+        body = m.get("spec") or m.get("data") or m.get("rules") or m.get("subjects") or {}
+        entry = [m["kind"], m["metadata"]["name"], sorted(m), sorted(m["metadata"]), sorted(map(str, body))]
         if "template" in m.get("spec", {}):
             spec = pod_spec(m)
             entry += [sorted(spec), [sorted(c) for c in spec["containers"]], [c["name"] for c in spec["containers"]]]
@@ -77,14 +78,14 @@ def test_hostile_env_value_is_one_verbatim_env_value(tmp_path, baseline, value):
 
 @pytest.mark.parametrize("value", HOSTILE, ids=IDS)
 def test_hostile_native_values_arrive_verbatim_in_mounted_config(tmp_path, baseline, value):
-    data = {**BASE, "note": value, "nested": {"deep": [value, {"k": value}]}, f"key {value}": "as key"}
+    # Real TRL keys (cw refuses keys `trl` does not read): a string field and a free-form mapping.
+    data = {**BASE, "run_name": value, "model_init_kwargs": {"deep": [value, {"k": value}], f"key {value}": "as key"}}
     plan = plan_for("trl", "grpo", _write(tmp_path, data))
     _check_structure(plan, baseline)
     assert _shape(plan.manifests) == _shape(baseline.manifests)
     mounted = yaml.safe_load(obj(reparse(plan), "ConfigMap", f"{RUN}-config")["data"]["config.yaml"])
-    assert mounted["note"] == value
-    assert mounted["nested"] == {"deep": [value, {"k": value}]}
-    assert mounted[f"key {value}"] == "as key"
+    assert mounted["run_name"] == value
+    assert mounted["model_init_kwargs"] == {"deep": [value, {"k": value}], f"key {value}": "as key"}
 
 
 @pytest.mark.parametrize("value", HOSTILE, ids=IDS)
@@ -120,23 +121,23 @@ def test_hostile_service_args_stay_one_argument(tmp_path, baseline, value):
 def test_hostile_set_value_is_yaml_typed_then_verbatim_in_mounted_config(tmp_path, baseline, value):
     from cw_cli.config.yaml_source import parse_scalar
 
-    plan = plan_for("trl", "grpo", write_config(tmp_path, BASE), [f"note={value}", f"nested.deep={value}"])
+    plan = plan_for("trl", "grpo", write_config(tmp_path, BASE), [f"run_name={value}", f"model_init_kwargs.deep={value}"])
     _check_structure(plan, baseline)
     mounted = yaml.safe_load(obj(reparse(plan), "ConfigMap", f"{RUN}-config")["data"]["config.yaml"])
-    assert mounted["note"] == parse_scalar(value)
-    assert mounted["nested"] == {"deep": parse_scalar(value)}
+    assert mounted["run_name"] == parse_scalar(value)
+    assert mounted["model_init_kwargs"] == {"deep": parse_scalar(value)}
 
 
 @pytest.mark.parametrize("value", ["quotes \" and '", "{{ x }}", "{% raw %}", "ünïcødé 😀", "a#b", "x: y: z"])
 def test_set_strings_that_are_not_yaml_syntax_arrive_verbatim(tmp_path, value):
-    plan = plan_for("trl", "sft", write_config(tmp_path, BASE), [f"note={value}"])
-    assert mounted_config(plan)["note"] == value
+    plan = plan_for("trl", "sft", write_config(tmp_path, BASE), [f"run_name={value}"])
+    assert mounted_config(plan)["run_name"] == value
 
 
 @pytest.mark.parametrize("value", ["two\nlines", "a # b"], ids=["newline", "comment"])
 def test_set_string_value_arrives_verbatim(tmp_path, value):
-    plan = plan_for("trl", "sft", write_config(tmp_path, BASE), [f"note={value}"])
-    assert mounted_config(plan)["note"] == value
+    plan = plan_for("trl", "sft", write_config(tmp_path, BASE), [f"run_name={value}"])
+    assert mounted_config(plan)["run_name"] == value
 
 
 @pytest.mark.parametrize("value", ["bad name", "UPPER", "a/b", "x\nkind: Secret", "{{ names.config }}", "-lead"])

@@ -28,6 +28,7 @@ def test_two_nodes_add_a_headless_service_selecting_the_trainer_pods(two_nodes):
         ("Job", f"{RUN}-trainer"),
         ("ConfigMap", f"{RUN}-config"),
         ("Service", f"{RUN}-nodes"),
+        ("NetworkPolicy", f"{RUN}-network"),
     ]
     service = obj(two_nodes, "Service", f"{RUN}-nodes")
     assert service["spec"]["clusterIP"] == "None"
@@ -126,8 +127,9 @@ def test_node_count_out_of_range_is_refused(tmp_path, nodes):
 
 def test_multi_node_job_fails_whole_on_a_failed_rank_and_single_node_retries(tmp_path):
     multi = plan_for("trl", "sft", write_config(tmp_path, BASE), nodes=2).manifests[0]["spec"]
-    rule = multi["podFailurePolicy"]["rules"][0]
-    assert rule["action"] == "FailJob"
-    assert rule["onExitCodes"] == {"containerName": "trainer", "operator": "NotIn", "values": [0]}
+    disruption, failure = multi["podFailurePolicy"]["rules"]
+    assert disruption == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}  # checked first
+    assert failure["action"] == "FailJob"
+    assert failure["onExitCodes"] == {"containerName": "trainer", "operator": "NotIn", "values": [0]}
     single = plan_for("trl", "sft", write_config(tmp_path, BASE)).manifests[0]["spec"]
-    assert "podFailurePolicy" not in single and single["backoffLimit"] == 2
+    assert single["podFailurePolicy"]["rules"] == [disruption] and single["backoffLimit"] == 2

@@ -46,7 +46,7 @@ def test_very_long_config_stems_are_truncated_keeping_the_random_suffix(stem):
 @pytest.mark.parametrize("run", [generate_run_name("verifiers", "grpo", "z" * 100), "a" * 40])
 def test_every_object_and_pod_name_fits_in_63_chars(run):
     names = object_names(run)
-    assert set(names) == {"config", "trainer", "nodes", "server", "reward"}
+    assert set(names) == {"config", "trainer", "nodes", "server", "reward", "keeper", "network"}
     for role, name in names.items():
         assert name == f"{run}-{role}"
         assert len(name) <= 63 and DNS_LABEL.match(name)

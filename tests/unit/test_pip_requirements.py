@@ -22,7 +22,7 @@ def test_pip_requirements_wrap_the_trainer_and_ship_the_installer(tmp_path):
     plan = plan_for("trl", "sft", write_config(tmp_path, {**SFT, "pip": ["math-verify==0.8.0", "sympy>=1.12"]}))
     command = container(plan.manifests[0], "trainer")["command"]
     assert command[:5] == ["python3", "/etc/cw/cw_pip.py", "math-verify==0.8.0", "sympy>=1.12", "--"]
-    assert command[5:7] == ["python", "/etc/cw/cw_launch.py"]
+    assert command[5:8] == ["python3", "/etc/cw/cw_launch.py", "--"]
     assert obj(plan, "ConfigMap", f"{RUN}-config")["data"][PIP_FILE] == PIP_SCRIPT
 
 
@@ -37,7 +37,7 @@ def test_pip_requirements_reach_every_service_of_the_run(tmp_path):
 
 def test_no_requirements_no_package_step(tmp_path):
     plan = plan_for("trl", "sft", write_config(tmp_path, SFT))
-    assert container(plan.manifests[0], "trainer")["command"][0] == "python"
+    assert container(plan.manifests[0], "trainer")["command"][:2] == ["python3", "/etc/cw/cw_launch.py"]
     assert PIP_FILE not in obj(plan, "ConfigMap", f"{RUN}-config")["data"]
 
 

@@ -165,16 +165,20 @@ def test_plugin_renders_its_own_template_and_the_builtin_ones(registry, tmp_path
     from cw_cli.render.plan import RunRequest, build_plan
 
     path = tmp_path / "cfg.yaml"
-    path.write_text("model: tiny\nepochs: 3\n")
+    path.write_text("checkpoint_volume: ckpts\nmodel: tiny\nepochs: 3\n")
     loaded, training_type = registry.resolve_type("goodfw", "sft")
     config = load_run_config(path, loaded.framework, training_type, [], FlagOverrides())
     plan = build_plan(RunRequest(loaded, training_type, config, "plug-run"))
-    job, configmap = plan.manifests
+    job, configmap, policy = plan.manifests
+    assert policy["kind"] == "NetworkPolicy"  # from the built-in template: the plugin has none
     assert configmap["metadata"]["annotations"] == {"goodfw.example.com/rendered-by": "goodfw's own template"}
     assert yaml.safe_load(configmap["data"]["config.yaml"]) == {"model": "tiny", "epochs": 3}
     trainer = job["spec"]["template"]["spec"]["containers"][0]
     assert trainer["image"] == "example.com/goodfw:1.0"
-    assert trainer["command"] == ["goodfw-train", "--model", "tiny", "--gpus", "2"]
+    # cw's launcher claims the run's folder; a plugin's own trainer resumes by itself.
+    assert trainer["command"] == [
+        "python3", "/etc/cw/cw_launch.py", "--no-resume", "--", "goodfw-train", "--model", "tiny", "--gpus", "2"
+    ]  # fmt: skip
     assert trainer["resources"]["limits"] == {"nvidia.com/gpu": "2", "cpu": "4", "memory": "8Gi"}
 
 
@@ -214,13 +218,14 @@ def test_cli_help_works_with_broken_plugins_present(cli):
 
 def test_cli_plugin_dry_run_prints_its_manifests(cli, tmp_path):
     path = tmp_path / "cfg.yaml"
-    path.write_text("model: tiny\n")
+    path.write_text("checkpoint_volume: ckpts\nmodel: tiny\n")
     result = cli("goodfw", "sft", str(path), "--dry-run", "--name", "plug-run", "--gpu", "1")
     assert result.exit_code == 0, result.output
     documents = list(yaml.safe_load_all(result.stdout))
     assert [(d["kind"], d["metadata"]["name"]) for d in documents] == [
         ("Job", "plug-run-trainer"),
         ("ConfigMap", "plug-run-config"),
+        ("NetworkPolicy", "plug-run-network"),
     ]
     assert documents[1]["metadata"]["annotations"]["goodfw.example.com/rendered-by"] == "goodfw's own template"
 

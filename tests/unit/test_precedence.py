@@ -52,10 +52,10 @@ def test_file_learning_rate_without_dot_is_a_float(tmp_path):
 
 
 def test_set_with_dots_nests_into_existing_mapping(tmp_path):
-    path = write_config(tmp_path, {**BASE, "trl": {"beta": 0.5, "keep": "me"}})
-    native = load("trl", "sft", path, ["trl.beta=0.1", "new.deep.key=x"]).native
-    assert native["trl"] == {"beta": 0.1, "keep": "me"}
-    assert native["new"] == {"deep": {"key": "x"}}
+    path = write_config(tmp_path, {**BASE, "model_init_kwargs": {"beta": 0.5, "keep": "me"}})
+    native = load("trl", "sft", path, ["model_init_kwargs.beta=0.1", "dataset_kwargs.deep.key=x"]).native
+    assert native["model_init_kwargs"] == {"beta": 0.1, "keep": "me"}
+    assert native["dataset_kwargs"] == {"deep": {"key": "x"}}
 
 
 def test_set_cannot_nest_into_a_scalar(cfg):
@@ -66,21 +66,21 @@ def test_set_cannot_nest_into_a_scalar(cfg):
 
 
 def test_negative_numbers_survive_set_and_file(cfg):
-    native = load("trl", "sft", cfg(warmup_steps=-3), ["max_steps=-1", "weight=-1.5e-3"]).native
+    native = load("trl", "sft", cfg(warmup_steps=-3), ["max_steps=-1", "weight_decay=-1.5e-3"]).native
     assert native["warmup_steps"] == -3
     assert native["max_steps"] == -1 and isinstance(native["max_steps"], int)
-    assert native["weight"] == -1.5e-3
+    assert native["weight_decay"] == -1.5e-3
 
 
 def test_set_keeps_strings_and_booleans_typed_like_yaml(cfg):
-    native = load("trl", "sft", cfg(), ["bf16=true", "run_name=abc", "empty=", "eq=a=b"]).native
+    native = load("trl", "sft", cfg(), ["bf16=true", "run_name=abc", "hub_model_id=", "hub_token=a=b"]).native
     assert native["bf16"] is True and native["run_name"] == "abc"
-    assert native["empty"] is None  # "key=" is YAML null, as in a file
-    assert native["eq"] == "a=b"  # only the first '=' splits
+    assert native["hub_model_id"] is None  # "key=" is YAML null, as in a file
+    assert native["hub_token"] == "a=b"  # only the first '=' splits
 
 
 def test_later_set_wins_over_earlier_set(cfg):
-    assert load("trl", "sft", cfg(), ["beta=1", "beta=2"]).native["beta"] == 2
+    assert load("trl", "sft", cfg(), ["seed=1", "seed=2"]).native["seed"] == 2
 
 
 def test_set_without_equals_is_refused(cfg):
@@ -110,7 +110,9 @@ def test_services_only_never_reaches_configmap_and_configmap_owns(tmp_path):
     path = write_config(tmp_path, {**BASE, "services": {"server": {"gpu": 1}}})
     plan = plan_for("trl", "grpo", path, services_only=True)
     assert plan.trainer_job is None
-    assert [m["kind"] for m in plan.manifests] == ["ConfigMap", "Deployment", "Service"]
+    assert [m["kind"] for m in plan.manifests] == [
+        "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy", "Deployment", "Service"
+    ]  # fmt: skip
     assert "services" not in mounted_config(plan) and "services_only" not in mounted_config(plan)
 
 
@@ -122,15 +124,16 @@ def test_services_only_for_a_type_without_services_is_refused(cfg):
 
 
 def test_image_flag_beats_file_for_trainer_and_default_services(tmp_path):
-    path = write_config(tmp_path, {**BASE, "image": "file/image:1"})
+    path = write_config(tmp_path, {**BASE, "image": "file/image:1", "use_vllm": True, "vllm_mode": "server"})
     plan = plan_for("trl", "grpo", path, image="flag/image:2")
     job = plan.manifests[0]
     assert container(job, "trainer")["image"] == "flag/image:2"
     assert all(c["image"] == "flag/image:2" for c in pod_spec(job)["initContainers"])
 
 
-def test_user_output_dir_is_kept(cfg):
-    assert mounted_config(plan_for("trl", "sft", cfg(output_dir="/data/out")))["output_dir"] == "/data/out"
+def test_user_output_dir_on_the_volume_or_relative_is_kept(cfg):
+    for written in ("/checkpoints/shared/out", "data/Qwen-SFT", "./outputs/out"):
+        assert mounted_config(plan_for("trl", "sft", cfg(output_dir=written)))["output_dir"] == written
 
 
 def test_native_defaults_lose_to_the_file_and_to_set(tmp_path):

@@ -26,9 +26,9 @@ def test_gpu_flag_leaves_vllm_and_reward_servers_alone():
     plan = plan_for("trl", "grpo", CONFIGS / "trl-grpo.yaml", gpu=4, memory="100Gi", cpu="12")
     server = _res(obj(plan, "Deployment", f"{RUN}-server"), "server")
     reward = _res(obj(plan, "Deployment", f"{RUN}-reward"), "reward")
-    for part in ("requests", "limits"):
-        assert server[part] == {"nvidia.com/gpu": "2", "memory": "128Gi"}
-        assert reward[part] == {"nvidia.com/gpu": "1", "memory": "64Gi"}
+    for part in ("requests", "limits"):  # their own memory; CPU by default 4 per GPU, never the trainer's
+        assert server[part] == {"nvidia.com/gpu": "2", "cpu": "8", "memory": "128Gi"}
+        assert reward[part] == {"nvidia.com/gpu": "1", "cpu": "4", "memory": "64Gi"}
 
 
 def test_memory_and_cpu_flags_set_trainer_requests_and_limits():

@@ -29,15 +29,30 @@ def test_missing_required_keys_of_every_framework(tmp_path):
     assert "`model`" in _issues(path, "verifiers", "grpo") and "`environment`" in _issues(path, "verifiers", "grpo")
 
 
-def test_renamed_trl_key_is_explained(tmp_path):
-    path = write_config(tmp_path, GOOD + "max_seq_length: 1024\n")
+def test_an_old_trl_key_is_passed_under_its_current_name_with_a_note(tmp_path):
+    from unit_helpers import load, mounted_config, plan_for
+
+    path = write_config(tmp_path, GOOD + "max_seq_length: 1024\ntorch_dtype: bfloat16\noverwrite_output_dir: true\ncheckpoint_volume: c\n")
+    config = load("trl", "sft", path)
+    notes = "\n".join(config.notices)
+    assert "`max_seq_length: 1024` is spelled `max_length`" in notes and "`overwrite_output_dir`" in notes
+    mounted = mounted_config(plan_for("trl", "sft", path))
+    assert mounted["max_length"] == 1024 and mounted["dtype"] == "bfloat16"
+    assert not {"max_seq_length", "torch_dtype", "overwrite_output_dir"} & set(mounted)
+
+
+def test_an_old_and_a_new_name_for_one_trl_setting_is_an_error_naming_its_line(tmp_path):
+    path = write_config(tmp_path, GOOD + "max_seq_length: 1024\nmax_length: 512\n")
     text = _issues(path)
-    assert str(path) in text and "`max_seq_length`" in text and "`max_length`" in text
+    assert f"{path}:3:" in text and "`max_seq_length` and `max_length` are the same setting" in text
 
 
-def test_renamed_trl_key_error_names_its_line(tmp_path):
-    path = write_config(tmp_path, GOOD + "max_seq_length: 1024\n")
-    assert f"{path}:3:" in _issues(path)
+def test_a_key_trl_does_not_read_is_refused_with_the_nearest_option(tmp_path):
+    path = write_config(tmp_path, GOOD + "learning_rat: 1.0e-5\nreward_fn_weights: [1]\n")
+    text = _issues(path)
+    assert f"{path}:3: `learning_rat` is not an option of `trl sft`" in text and "did you mean `learning_rate`?" in text
+    assert "`reward_fn_weights` is not an option of `trl sft`" in text and "accelerate launch" in text
+    assert "another project's script" in text
 
 
 def test_cluster_ish_typo_suggests_the_field_with_file_and_line(tmp_path):
@@ -131,7 +146,7 @@ def test_python_tags_are_refused_not_executed(tmp_path):
 
 
 def test_missing_user_file_names_config_and_field(tmp_path):
-    path = write_config(tmp_path, GOOD + "files:\n  - nope.py\n")
+    path = write_config(tmp_path, GOOD + "checkpoint_volume: ckpts\nfiles:\n  - nope.py\n")
     with pytest.raises(ConfigError) as info:
         plan_for("trl", "grpo", path)
     assert str(path) in info.value.message and "`files`" in info.value.message and "nope.py" in info.value.message

@@ -60,12 +60,13 @@ def test_trainer_runs_verifiers_own_vf_train_under_deepspeed_after_installing_it
     command = container(plan.manifests[0], "trainer")["command"]
     cut = command.index("--")
     assert command[:2] == ["python3", "/etc/cw/cw_pip.py"] and command[2:cut] == list(VERIFIERS_STACK)
-    assert command[cut + 1 :] == [
+    assert command[cut + 1 : cut + 5] == ["python3", "/etc/cw/cw_launch.py", "--no-resume", "--"]
+    assert command[cut + 5 :] == [
         "accelerate", "launch", "--use_deepspeed", "--zero_stage", "3", "--num_processes", "4",
         "-m", "verifiers.scripts.train", "@", "/etc/cw/config.toml",
     ]  # fmt: skip
     data = obj(plan, "ConfigMap", f"{RUN}-config")["data"]
-    assert set(data) == {"config.toml", "cw_reverse_text.py", "cw_pip.py"}
+    assert set(data) == {"config.toml", "cw_reverse_text.py", "cw_pip.py", "cw_launch.py", "cw_keeper.py"}
 
 
 def test_server_runs_vf_vllm_with_inference_args_and_exposes_the_weight_sync_port():
@@ -93,7 +94,7 @@ def test_other_frameworks_keep_cluster_ip_services():
 
 def test_an_image_of_ones_own_is_trusted_to_hold_verifiers(tmp_path):
     plan = plan_for("verifiers", "grpo", _example(tmp_path, {"image": "registry.example/vf:1"}))
-    assert container(plan.manifests[0], "trainer")["command"][:2] == ["accelerate", "launch"]
+    assert container(plan.manifests[0], "trainer")["command"][4:6] == ["accelerate", "launch"]
     assert container(obj(plan, "Deployment", f"{RUN}-server"), "server")["command"][0] == "vf-vllm"
     assert "cw_pip.py" not in obj(plan, "ConfigMap", f"{RUN}-config")["data"]
 
@@ -109,8 +110,8 @@ def test_a_user_script_replaces_vf_train_with_the_same_arguments(tmp_path):
 @pytest.mark.parametrize(
     "change,field,fix",
     [
-        ({"trainer": {"gpus": 8}}, "`trainer.gpus: 8`", "gpu (or --gpu)"),
-        ({"inference": {"gpus": 1}}, "`inference.gpus: 1`", "services.server.gpu: 1"),
+        ({"trainer": {"gpus": 8}}, "`trainer.gpus: 8`", "remove `gpu`"),
+        ({"inference": {"gpus": 1}}, "`inference.gpus: 1`", "remove `services.server.gpu`"),
     ],
 )
 def test_vf_rl_gpu_counts_that_disagree_with_the_pods_are_refused(tmp_path, change, field, fix):
@@ -144,14 +145,13 @@ def test_single_rollout_per_example_is_refused(tmp_path):
 @pytest.mark.parametrize(
     "change,expected",
     [
-        ({"inference": {"args": {"port": 9000}}}, "`inference.args.port` is set by cw from `services.server.port`"),
-        ({"inference": {"args": {"model": "x"}}}, "`inference.args.model`"),
-        ({"inference": {"args": {"tensor_parallel_size": 2}}}, "services.server.tensor_parallel_size"),
+        ({"inference": {"args": {"model": "x"}}}, "`inference.args.model: x` is set by cw from `model`"),
+        ({"inference": {"args": {"host": "127.0.0.1"}}}, "`inference.args.host: 127.0.0.1` is set by cw"),
         ({"inference": {"args": {"api_key": ["a", "b"]}}}, "`inference.args.api_key`: a list"),
-        ({"trainer": {"args": {"vllm_server_host": "elsewhere"}}}, "`trainer.args.vllm_server_host` is set by cw"),
+        ({"trainer": {"args": {"vllm_server_host": "elsewhere"}}}, "`trainer.args.vllm_server_host: elsewhere` is set by cw"),
         ({"environment": {"id": "e", "args": {"difficulty": None}}}, "`environment.args.difficulty` is null"),
-        ({"environment": {"args": {}}}, "`environment.id` must name"),
-        ({"environment": "cw-reverse-text"}, "`environment.id` must name"),
+        ({"environment": {"args": {}}}, "`env.id` must name"),
+        ({"environment": "cw-reverse-text"}, "`env.id` must name"),
         ({"accelerate_config": "zero4"}, "`accelerate_config: zero4`"),
         ({"script": "train.sh"}, "`script` must be the path of a .py"),
         ({"script": None}, "`script` is null"),
@@ -165,7 +165,7 @@ def test_bad_verifiers_fields_are_named_with_a_fix(tmp_path, change, expected):
 
 
 def test_missing_environment_is_named(tmp_path):
-    assert "missing `environment`" in _problems(_example(tmp_path, drop=("environment",)))
+    assert "missing `env` or `environment`" in _problems(_example(tmp_path, drop=("environment",)))
 
 
 HOSTILE = ['"]\n[trainer.args]\nvllm_server_host = "evil"\n#', "line\nbreak", "{{ names.config }}", "--- \nkind: Secret", "ü 日本 😀"]
@@ -185,3 +185,21 @@ def test_hostile_strings_stay_values_in_toml_and_manifests(tmp_path, value):
 def test_server_flags_follow_vf_rl_conventions():
     flags = server_flags({"enforce_eager": True, "trust_remote_code": False, "hf_overrides": {"a": 1}, "max_num_seqs": 64})
     assert flags == ["--enforce-eager", "--hf-overrides", '{"a": 1}', "--max-num-seqs", "64"]
+
+
+def test_vf_rl_server_settings_size_the_server_and_cw_settings_written_alike_are_accepted(tmp_path):
+    """vf-rl's own `inference.args.tensor_parallel_size` / `port` set cw's server; the same values
+    written for cw's managed flags are not errors, and the server command carries each flag once."""
+    change = {
+        "services": {"server": {"gpu": None}},
+        "inference": {"gpus": 4, "args": {"tensor_parallel_size": 2, "port": 9000, "host": "0.0.0.0"}},
+        "trainer": {"args": {"vllm_server_port": 9000}},
+    }
+    plan = plan_for("verifiers", "grpo", _example(tmp_path, change))
+    vf = container(obj(plan, "Deployment", f"{RUN}-server"), "server")["command"]
+    vf = vf[vf.index("vf-vllm") :]
+    assert vf[vf.index("--tensor-parallel-size") + 1] == "2" and vf[vf.index("--data-parallel-size") + 1] == "2"
+    assert vf.count("--port") == 1 and vf[vf.index("--port") + 1] == "9000" and vf.count("--host") == 1
+    deployment = obj(plan, "Deployment", f"{RUN}-server")
+    assert container(deployment, "server")["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert _toml(plan)["trainer"]["args"]["vllm_server_port"] == 9000

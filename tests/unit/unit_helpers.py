@@ -21,9 +21,21 @@ def builtin_registry():
     return FrameworkRegistry().load_all(include_plugins=False)
 
 
+#: Every run must state where its outputs go; tests about something else use this volume.
+TEST_VOLUME = "ckpts"
+
+
 def write_config(directory: Path, data: dict[str, Any] | str, name: str = "config.yaml") -> Path:
-    """Write a config (a dict or raw YAML text) into ``directory`` and return its path."""
+    """Write a config (a dict or raw YAML text) into ``directory`` and return its path.
+
+    A dict without ``checkpoint_volume`` gets :data:`TEST_VOLUME`; pass the key (``None`` to
+    leave it out) to test the volume choice itself.
+    """
     path = directory / name
+    if isinstance(data, dict):
+        data = {"checkpoint_volume": TEST_VOLUME, **data}
+        if data["checkpoint_volume"] is None:
+            del data["checkpoint_volume"]
     text = data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False)
     path.write_text(text, encoding="utf-8")
     return path
@@ -45,6 +57,7 @@ def plan_for(
     run_name: str = "golden-run",
     services_only: bool = False,
     namespace: str | None = None,
+    services_lifetime_s: int | None = None,
     **flags: Any,
 ):
     """Load, validate and render a run, as ``cw <framework> <type> PATH --dry-run`` does."""
@@ -53,7 +66,16 @@ def plan_for(
     loaded, training_type = builtin_registry().resolve_type(framework, type_name)
     config = load(framework, type_name, path, sets, **flags)
     return build_plan(
-        RunRequest(loaded, training_type, config, run_name, namespace=namespace, services_only=services_only)
+        RunRequest(
+            loaded,
+            training_type,
+            config,
+            run_name,
+            namespace=namespace,
+            services_only=services_only,
+            # --services needs a lifetime; tests about something else get one day
+            services_lifetime_s=services_lifetime_s or (86400 if services_only else None),
+        )
     )
 
 

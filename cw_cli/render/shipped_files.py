@@ -1,0 +1,233 @@
+"""Files a run takes along in its ConfigMap: the user's `files:` and the local files its native
+config names (an accelerate or DeepSpeed config, a chat template, a small dataset).
+
+A referenced path that exists next to the config is shipped and the config value rewritten to
+where it is mounted (``/etc/cw/files/<name>``); a folder keeps its layout. A path that does not
+exist here is left alone: it may be a hub id or a path inside the image or a volume. The whole
+ConfigMap must stay under the API server's 1 MiB limit; larger data is refused with the way
+round it (a volume).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cw_cli.frameworks.base import CONFIG_MOUNT
+
+#: The API server refuses a ConfigMap whose keys plus values exceed this (data and binaryData).
+CONFIGMAP_LIMIT = 1024 * 1024
+SHIPPED_FOLDER = "files"
+#: A key-path element that stands for every item of a list.
+EACH = "*"
+_KEY_UNSAFE = re.compile(r"[^-._a-zA-Z0-9]+")
+
+KeyPattern = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ShippedFile:
+    """One file of the run's ConfigMap.
+
+    Attributes:
+        key: ConfigMap key.
+        path: Path under /etc/cw where the pods see it.
+        content: The file's bytes.
+    """
+
+    key: str
+    path: str
+    content: bytes
+
+    @property
+    def text(self) -> str | None:
+        """The content as text, or None when it is not UTF-8 (it then goes to ``binaryData``)."""
+        try:
+            return self.content.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+
+def text_file(key: str, text: str) -> ShippedFile:
+    """A generated file (the native config, cw's runtime files) at ``/etc/cw/<key>``."""
+    return ShippedFile(key=key, path=key, content=text.encode("utf-8"))
+
+
+def configmap_payload(files: list[ShippedFile]) -> tuple[dict[str, str], dict[str, str], list[dict[str, str]]]:
+    """``data``, ``binaryData`` and the volume ``items`` (key -> path; empty when every file is
+    mounted under its own key) of the run's ConfigMap."""
+    data: dict[str, str] = {}
+    binary: dict[str, str] = {}
+    for item in files:
+        text = item.text
+        if text is None:
+            binary[item.key] = base64.b64encode(item.content).decode("ascii")
+        else:
+            data[item.key] = text
+    # Items only when a file sits elsewhere than its key (a shipped folder keeps its layout).
+    items = [{"key": item.key, "path": item.path} for item in files] if any(f.key != f.path for f in files) else []
+    return data, binary, items
+
+
+def payload_size(files: list[ShippedFile]) -> int:
+    """Bytes the API server counts against the ConfigMap limit (keys plus raw values)."""
+    return sum(len(item.key) + len(item.content) for item in files)
+
+
+def check_size(files: list[ShippedFile], config_path: Path) -> None:
+    """Refuse a ConfigMap the API server would refuse, naming the biggest files.
+
+    Raises:
+        ValueError: Over the limit.
+    """
+    size = payload_size(files)
+    if size <= CONFIGMAP_LIMIT:
+        return
+    biggest = sorted(files, key=lambda item: len(item.content), reverse=True)[:3]
+    listed = ", ".join(f"{item.path} ({_mib(len(item.content))})" for item in biggest)
+    raise ValueError(
+        f"the files shipped with the run come to {_mib(size)}, over the 1 MiB a ConfigMap holds (largest: {listed}); "
+        "put large data on a volume (`volumes: {my-data: /data}`, a PersistentVolumeClaim) and point the config at "
+        "its path under /data"
+    )
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.2f} MiB"
+
+
+def user_files(base_dir: Path, relatives: list[str]) -> list[ShippedFile]:
+    """The ``files:`` list: each file at ``/etc/cw/<name>`` (Python files are importable there).
+
+    Raises:
+        ValueError: A file is missing or is a folder.
+    """
+    shipped = []
+    for relative in relatives:
+        path = (base_dir / relative).expanduser()
+        if not path.is_file():
+            what = "is a folder; list its files" if path.is_dir() else "does not exist"
+            raise ValueError(f"`files`: {path} {what} (paths are relative to the config file)")
+        shipped.append(ShippedFile(key=path.name, path=path.name, content=path.read_bytes()))
+    return shipped
+
+
+def _matches(config: Any, pattern: KeyPattern, prefix: tuple[str | int, ...] = ()) -> list[tuple[Any, str | int, tuple]]:
+    """(container, key, full path) of every value a key pattern reaches."""
+    if not pattern:
+        return []
+    head, rest = pattern[0], pattern[1:]
+    if head == EACH:
+        if not isinstance(config, list):
+            return []
+        found = []
+        for index, item in enumerate(config):
+            found += _matches(item, rest, (*prefix, index)) if rest else [(config, index, (*prefix, index))]
+        return found
+    if not isinstance(config, dict) or head not in config:
+        return []
+    if not rest:
+        return [(config, head, (*prefix, head))]
+    return _matches(config[head], rest, (*prefix, head))
+
+
+def _dotted(path: tuple) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def ship_referenced(
+    config: dict[str, Any], patterns: tuple[KeyPattern, ...], base_dir: Path
+) -> tuple[dict[str, Any], list[ShippedFile], list[str]]:
+    """Ship the local files a native config names and point the config at their mounted copies.
+
+    Args:
+        config: The native config (not modified).
+        patterns: Key paths whose values may name local files (``*`` for every list item).
+        base_dir: Folder of the config file; relative paths start there.
+
+    Returns:
+        (the rewritten config, the files to ship, one notice per shipped path).
+    """
+    rewritten = copy.deepcopy(config)
+    shipped: list[ShippedFile] = []
+    notices: list[str] = []
+    taken: set[str] = set()
+    for pattern in patterns:
+        for container, key, path in _matches(rewritten, pattern):
+            value = container[key]
+            if not isinstance(value, str) or not value or "\n" in value:
+                continue
+            try:
+                local = (base_dir / value).expanduser()
+                exists = local.exists()
+            except (OSError, ValueError):
+                continue  # not a path (too long, odd characters): leave it to the framework
+            if not exists:
+                continue
+            paths = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
+            size = sum(p.stat().st_size for p in paths)
+            if size > CONFIGMAP_LIMIT:  # checked before reading: it may be a model of many GB
+                raise ValueError(
+                    f"`{_dotted(path)}: {value}` is {_mib(size)}, too large to ship with the run (a ConfigMap holds "
+                    "1 MiB); put it on a volume (`volumes: {my-data: /data}`, a PersistentVolumeClaim) and set "
+                    f"`{_dotted(path)}` to its path under /data"
+                )
+            name = _free_name(local.name, taken)
+            files = _read_tree(local, paths, f"{SHIPPED_FOLDER}/{name}", len(shipped))
+            shipped += files
+            container[key] = f"{CONFIG_MOUNT}/{SHIPPED_FOLDER}/{name}"
+            notices.append(f"`{_dotted(path)}`: ships {value} with the run as {container[key]}")
+    return rewritten, shipped, notices
+
+
+def _free_name(name: str, taken: set[str]) -> str:
+    candidate, number = name, 1
+    while candidate in taken:
+        number += 1
+        candidate = f"{number}-{name}"
+    taken.add(candidate)
+    return candidate
+
+
+def _read_tree(local: Path, paths: list[Path], mounted: str, first_index: int) -> list[ShippedFile]:
+    files = []
+    for offset, path in enumerate(paths):
+        relative = mounted if path == local else f"{mounted}/{path.relative_to(local).as_posix()}"
+        key = _KEY_UNSAFE.sub("-", f"ref{first_index + offset}-{path.name}")[:253]
+        files.append(ShippedFile(key=key, path=relative, content=path.read_bytes()))
+    return files
+
+
+def referenced_modules(
+    config: dict[str, Any], patterns: tuple[KeyPattern, ...], base_dir: Path, already: set[str]
+) -> tuple[list[ShippedFile], list[str]]:
+    """Python modules named by dotted paths (``rewards.accuracy_reward``) that sit next to the config.
+
+    Each is shipped at ``/etc/cw/<module>.py``, importable there, unless ``files:`` ships it already.
+
+    Returns:
+        (the files, one notice each).
+    """
+    shipped: list[ShippedFile] = []
+    notices: list[str] = []
+    for pattern in patterns:
+        for container, key, path in _matches(config, pattern):
+            values = container[key] if isinstance(container[key], list) else [container[key]]
+            for value in values:
+                if not isinstance(value, str) or "." not in value:
+                    continue
+                module = value.split(".")[0]
+                local = base_dir / f"{module}.py"
+                if f"{module}.py" in already or not module.isidentifier() or not local.is_file():
+                    continue
+                already.add(f"{module}.py")
+                shipped.append(ShippedFile(key=f"{module}.py", path=f"{module}.py", content=local.read_bytes()))
+                notices.append(f"`{_dotted(path)}`: ships {local.name} with the run (importable as `{module}`)")
+    return shipped, notices
