@@ -87,6 +87,8 @@ def status_command(run: str, namespace: NamespaceOption = None, context: Context
         for pod in view.pods:
             table.add_row(pod.name, pod.role, pod.rank or "", pod.phase, "yes" if pod.ready else "no", pod.node or "")
         console.print(table)
+    if view.queue:
+        console.print(escape(view.queue))
     for name, ready in view.services:
         console.print(f"service {name}: {ready}")
     for problem in view.problems:

@@ -33,6 +33,7 @@ def up_cmd(
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=_STATE_HELP),
     build: bool = typer.Option(True, "--build/--no-build", help="Build missing binaries with Go."),
     timeout: float = typer.Option(180.0, "--timeout", help="Seconds to wait for the cluster."),
+    kueue: bool = typer.Option(False, "--kueue", help="Also run Kueue, with ClusterQueue cw-gpus and LocalQueue cw."),
 ) -> None:
     """Build (if needed) and start the local cluster; set kubectl context cw-local."""
     from cw_cli import localcluster as lc
@@ -40,7 +41,7 @@ def up_cmd(
     try:
         with err().status("starting local cluster ...") as spinner:
             info = lc.up(state_dir=state_dir, kubeconfig=kubeconfig, gpu_nodes=nodes,
-                         cpu_nodes=cpu_nodes, build=build, timeout=timeout,
+                         cpu_nodes=cpu_nodes, build=build, timeout=timeout, kueue=kueue,
                          on_progress=lambda m: spinner.update(m + " ..."))
     except KeyboardInterrupt:
         raise lc.LocalClusterError("interrupted", hint="run `cw cluster down` to clean up") from None

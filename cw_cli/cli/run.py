@@ -16,6 +16,14 @@ if TYPE_CHECKING:  # the kubernetes-backed modules load only when a command need
     from cw_cli.render.plan import Plan
 
 
+#: `--dry-run` prints the plan for reading: applied as is, the suspended Job would never start.
+DRY_RUN_HEADER = (
+    "# cw --dry-run: for reading, not for `kubectl apply`. The trainer Job is created suspended and\n"
+    "# cw releases it once its servers are Ready; cw also links every object to the Job so that\n"
+    "# `cw delete` removes the run. Run the same command without --dry-run to launch it.\n"
+)
+
+
 def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name: str) -> Callable[..., None]:
     """Build the command function for ``cw <framework_name> <type_name>``."""
 
@@ -39,6 +47,9 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
             bool, typer.Option("--server-dry-run", help="Have the API server validate everything; persist nothing.")
         ] = False,
         services: Annotated[bool, typer.Option("--services", help="Deploy only the services of a multi-service type.")] = False,
+        ttl: Annotated[
+            Optional[str], typer.Option("--ttl", help="With --services: how long the servers live, e.g. 6h, 90m.")
+        ] = None,
         wait: Annotated[bool, typer.Option("--wait", help="Block until the run ends; exit 0 on success, 1 on failure.")] = False,
         timeout: Annotated[
             Optional[float], typer.Option("--timeout", help="Seconds to wait for services (and with --wait, the run).")
@@ -48,6 +59,7 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
         ] = False,
     ) -> None:
         from cw_cli.config.loader import FlagOverrides, load_run_config
+        from cw_cli.config.quantity import parse_duration
         from cw_cli.render.naming import generate_run_name, validate_run_name
         from cw_cli.render.plan import RunRequest, build_plan
 
@@ -58,10 +70,20 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
         run_config = load_run_config(config, loaded.framework, training_type, set_ or [], flags)
         run_name = validate_run_name(name) if name else generate_run_name(framework_name, training_type.value, config.stem)
         plan = build_plan(
-            RunRequest(loaded, training_type, run_config, run_name, namespace=namespace, services_only=services)
+            RunRequest(
+                loaded,
+                training_type,
+                run_config,
+                run_name,
+                namespace=namespace,
+                services_only=services,
+                local=local,
+                services_lifetime_s=parse_duration(ttl, "--ttl") if ttl else None,
+            )
         )
+        _print_notices(plan.notices)
         if dry_run:
-            out().file.write(plan.to_yaml())
+            out().file.write(DRY_RUN_HEADER + plan.to_yaml())
             return
         if local:
             from cw_cli.cli.local import run_locally
@@ -71,6 +93,14 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
 
     command.__doc__ = f"Run `{framework_name} {type_name}` on the cluster."
     return command
+
+
+def _print_notices(notices: list[str]) -> None:
+    """What cw decided for the user (moved outputs, shipped files, outputs not kept), on stderr."""
+    from rich.markup import escape
+
+    for notice in notices:
+        err().print(f"[yellow]note:[/] {escape(notice)}")
 
 
 def _local_gpu_count() -> int:

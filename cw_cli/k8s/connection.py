@@ -23,6 +23,14 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "Event": ("/api/v1", "events", True),
     "Secret": ("/api/v1", "secrets", True),
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies", True),
+    # Kueue's objects, read for `cw status` of a run with `queue:`.
+    "Workload": ("/apis/kueue.x-k8s.io/v1beta2", "workloads", True),
+    "LocalQueue": ("/apis/kueue.x-k8s.io/v1beta2", "localqueues", True),
+    "ClusterQueue": ("/apis/kueue.x-k8s.io/v1beta2", "clusterqueues", False),
     "Namespace": ("/api/v1", "namespaces", False),
     "Node": ("/api/v1", "nodes", False),
 }

@@ -10,10 +10,12 @@ from typing import Any
 from cw_cli.config.quantity import parse_quantity
 from cw_cli.errors import ConfigError, Forbidden, NotFound
 from cw_cli.k8s.connection import Kube
-from cw_cli.render.plan import MANAGED_BY, RUN_LABEL
+from cw_cli.render.keeper import LIFETIME_ANNOTATION
+from cw_cli.render.plan import KUEUE_QUEUE_LABEL, MANAGED_BY, RUN_LABEL
 
 GPU = "nvidia.com/gpu"
-RUN_KINDS = ("Job", "Deployment", "Service", "ConfigMap")
+WORKLOAD_JOB_UID = "kueue.x-k8s.io/job-uid"  # Kueue's label on the Workload of a Job
+RUN_KINDS = ("Job", "Deployment", "Service", "ConfigMap", "NetworkPolicy", "RoleBinding", "Role", "ServiceAccount")
 
 
 _LABEL_VALUE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -61,6 +63,7 @@ class RunView:
     pods: list[PodView] = field(default_factory=list)
     services: list[tuple[str, str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    queue: str | None = None
 
 
 def _created(obj: dict[str, Any]) -> datetime | None:
@@ -226,11 +229,81 @@ def run_status(kube: Kube, run_name: str) -> RunView:
             pod_view.reason = explain_pending(pod, kube, capacity)
             view.problems.append(f"{pod_view.name} is Pending: {pod_view.reason}")
         view.pods.append(pod_view)
+    for job in kube.list("Job", run_selector(run_name)):
+        view.queue = queue_summary(kube, job)
+    has_trainer = any(o.startswith("Job/") for o in view.objects)
     for deployment in kube.list("Deployment", run_selector(run_name)):
         status = deployment.get("status") or {}
         ready = f"{status.get('readyReplicas', 0)}/{deployment['spec'].get('replicas', 1)} ready"
-        view.services.append((deployment["metadata"]["name"], ready))
+        view.services.append((deployment["metadata"]["name"], f"{ready}; {server_lifetime(deployment, has_trainer)}"))
     return view
+
+
+def _admitted(workload: dict[str, Any]) -> bool:
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return any(c["type"] in ("QuotaReserved", "Admitted") and c["status"] == "True" for c in conditions)
+
+
+def queue_summary(kube: Kube, job: dict[str, Any]) -> str | None:
+    """Where a Job with ``queue:`` stands in Kueue: admitted, or its place in line and the quota in use.
+
+    The position counts the LocalQueue's pending Workloads ahead of this one (higher priority,
+    then older), the order Kueue's FIFO strategies admit them in.
+    """
+    queue = (job["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+    if not queue:
+        return None
+    try:
+        workloads = kube.list("Workload")
+    except NotFound:
+        return f"queue {queue}: Kueue is not installed (no Workload API on this cluster)"
+    except Forbidden:
+        return f"queue {queue}: Kueue's Workloads are not readable with your credentials"
+    mine = next((w for w in workloads if (w["metadata"].get("labels") or {}).get(WORKLOAD_JOB_UID) == job["metadata"].get("uid")), None)
+    if mine is None:
+        return f"queue {queue}: no Workload yet (Kueue has not seen the Job)"
+    local = kube.get("LocalQueue", queue) or {}
+    cluster_queue = (local.get("spec") or {}).get("clusterQueue", "?")
+    head = f"queue {queue} -> ClusterQueue {cluster_queue}"
+    if _admitted(mine):
+        return f"{head}: admitted"
+
+    def order(w: dict[str, Any]) -> tuple[int, str]:
+        return (-int((w.get("spec") or {}).get("priority") or 0), w["metadata"]["creationTimestamp"])
+
+    pending = sorted((w for w in workloads if (w.get("spec") or {}).get("queueName") == queue and not _admitted(w)), key=order)
+    position = next(i for i, w in enumerate(pending, 1) if w["metadata"]["uid"] == mine["metadata"]["uid"])
+    return f"{head}: Queued, position {position} of {len(pending)}; {_gpu_usage(kube, cluster_queue)}"
+
+
+def _gpu_usage(kube: Kube, name: str) -> str:
+    try:
+        cq = kube.get("ClusterQueue", name)
+    except Forbidden:
+        return "ClusterQueue usage not readable with your credentials"
+    if cq is None:
+        return f"ClusterQueue {name} not found"
+    def gpus(resources: list[dict[str, Any]], key: str) -> float:
+        # parse_quantity refuses zero (a request of 0 is a mistake); usage of 0 is normal here.
+        return sum(parse_quantity(str(r[key])) for r in resources if r["name"] == GPU and str(r.get(key, "0")) != "0")
+
+    groups = (cq.get("spec") or {}).get("resourceGroups") or []
+    quota = sum(gpus(f.get("resources", []), "nominalQuota") for g in groups for f in g.get("flavors") or [])
+    # Reserved quota is what keeps a run waiting (usage follows once the holders are admitted).
+    held = sum(gpus(f.get("resources", []), "total") for f in (cq.get("status") or {}).get("flavorsReservation") or [])
+    return f"GPUs reserved {held:g} of {quota:g}"
+
+
+def server_lifetime(deployment: dict[str, Any], has_trainer: bool) -> str:
+    """When a server stops by itself: at the end of its ``--ttl``, or when its trainer ends."""
+    lifetime = (deployment["metadata"].get("annotations") or {}).get(LIFETIME_ANNOTATION)
+    created = _created(deployment)
+    if lifetime and created:
+        from datetime import timedelta
+
+        stops = created + timedelta(seconds=int(lifetime))
+        return f"stops at {stops:%Y-%m-%d %H:%M} UTC (--ttl {int(lifetime)} s)"
+    return "stops when the trainer ends" if has_trainer else "no lifetime: `cw delete` it"
 
 
 def find_pod(kube: Kube, run_name: str, role: str, rank: int | None) -> dict[str, Any]:

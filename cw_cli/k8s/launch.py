@@ -76,8 +76,9 @@ def preflight(kube: Kube, plan: Plan) -> None:
     for name in sorted(claims):
         if kube.get("PersistentVolumeClaim", name) is None:
             raise NotFound(
-                f"checkpoint volume {name!r} (PersistentVolumeClaim) does not exist in namespace {kube.namespace!r}",
-                hint="create the PVC, or remove `checkpoint_volume` to use a scratch folder",
+                f"PersistentVolumeClaim {name!r} (named in the config's `checkpoint_volume`, `volumes` or "
+                f"`hf_cache_volume`) does not exist in namespace {kube.namespace!r}",
+                hint=f"create it (kubectl -n {kube.namespace} get pvc lists the claims there), or name an existing one",
             )
     for manifest in plan.manifests:
         kind, name = manifest["kind"], manifest["metadata"]["name"]
@@ -86,6 +87,18 @@ def preflight(kube: Kube, plan: Plan) -> None:
                 f"run {plan.run_name!r} already exists ({kind} {name} is on the cluster)",
                 hint=f"choose another --name, or remove it first with `cw delete {plan.run_name}`",
             )
+
+
+def _in_namespace(manifest: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """The manifest placed in ``namespace``, including a RoleBinding's ServiceAccount subjects."""
+    body = dict(manifest)
+    body["metadata"] = dict(manifest["metadata"], namespace=namespace)
+    if manifest["kind"] == "RoleBinding":
+        body["subjects"] = [
+            {**subject, "namespace": namespace} if subject.get("kind") == "ServiceAccount" else subject
+            for subject in manifest.get("subjects", [])
+        ]
+    return body
 
 
 def _owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
@@ -178,8 +191,7 @@ def launch(
     owner_ref: dict[str, Any] | None = None
     try:
         for manifest in plan.manifests:
-            body = dict(manifest)
-            body["metadata"] = dict(manifest["metadata"], namespace=kube.namespace)
+            body = _in_namespace(manifest, kube.namespace)
             if owner_ref is not None:
                 body["metadata"]["ownerReferences"] = [owner_ref]
             applied = kube.apply(body, dry_run=server_dry_run)

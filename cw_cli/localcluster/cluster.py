@@ -31,6 +31,8 @@ from .kubeconfig import (
 )
 from .paths import cluster_resources_dir, default_cluster_dir
 from .pki import Pki, generate_pki, load_pki
+from . import kueue
+from .volumes import DEFAULT_CLAIM, DEFAULT_NAMESPACE, volume_manifests
 
 MARKER = ".cw-local-cluster"
 STATE_FILE = "cluster.json"
@@ -39,7 +41,7 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"  # data only: pod IPs written by kwok are never reachable
 STAGES = ("node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete",
-          "pod-fail", "pod-delete")
+          "pod-fail", "pod-terminate", "pod-delete")
 FAKE_LOG_LINES = (
     "cw local cluster: this pod runs on a KWOK fake node; no container was started.",
     "cw local cluster: every container of every pod shows this same log (kwok ClusterLogs).",
@@ -295,6 +297,7 @@ def up(
     set_current_context: bool = True,
     on_progress: Callable[[str], None] | None = None,
     owner_pid: int | None = None,
+    kueue: bool = False,
 ) -> ClusterInfo:
     """Start the local cluster (idempotent: a healthy running cluster is returned as is).
 
@@ -315,6 +318,10 @@ def up(
     if info is not None:
         st = status(state)
         if st.running:
+            if kueue and "kueue" not in {r.name for r in procs.load_records(state / "pids")}:
+                raise LocalClusterError(
+                    "the running local cluster has no Kueue; stop it with `cw cluster down`, then "
+                    "`cw cluster up --kueue`")
             pki = load_pki(state / "pki")
             # Top up nodes if more were asked for than exist (never removes nodes).
             api = _Api(info.server, pki)
@@ -340,9 +347,10 @@ def up(
 
     t_build = time.monotonic()
     if build:
-        bins = ensure_binaries(on_build_start=lambda c: say(f"building {c} (cold build, minutes)"))
+        bins = ensure_binaries(on_build_start=lambda c: say(f"building {c} (cold build, minutes)"),
+                               optional=("kueue",) if kueue else ())
     else:
-        missing = missing_components()
+        missing = missing_components(optional=("kueue",) if kueue else ())
         if missing:
             raise LocalClusterError(
                 f"cluster binaries missing ({', '.join(missing)}); run without --no-build")
@@ -355,7 +363,7 @@ def up(
     state.mkdir(parents=True)
     (state / MARKER).write_text("state of the cw local test cluster; removed by `cw cluster down`\n")
     try:
-        info = _start(state, bins, user_kc, gpu_nodes, cpu_nodes, timeout, set_current_context, say)
+        info = _start(state, bins, user_kc, gpu_nodes, cpu_nodes, timeout, set_current_context, say, kueue)
     except BaseException:
         down(state, keep_state=True)
         raise
@@ -380,7 +388,8 @@ def up(
 
 
 def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes: int,
-           timeout: float, set_current: bool, say: Callable[[str], None]) -> ClusterInfo:
+           timeout: float, set_current: bool, say: Callable[[str], None],
+           with_kueue: bool = False) -> ClusterInfo:
     deadline = time.monotonic() + timeout
     pki = generate_pki(state / "pki")
     names = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -519,6 +528,22 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
     wait("fake nodes to become Ready", lambda: _nodes_ready(api, wanted), 0.3)
     wait("ServiceAccount default/default",
          lambda: api.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200)
+
+    # The quick start's checkpoint volume (claim `checkpoints` in default), bound at once.
+    volume, claim = volume_manifests(DEFAULT_NAMESPACE, DEFAULT_CLAIM)
+    for path, body in (("/api/v1/persistentvolumes", volume),
+                       (f"/api/v1/namespaces/{DEFAULT_NAMESPACE}/persistentvolumeclaims", claim)):
+        code, raw = api.request("POST", path, body)
+        if code not in (201, 409):
+            raise StartError(f"creating {body['kind']} {body['metadata']['name']} failed ({code}): {raw[:300]!r}")
+
+    if with_kueue:
+        nodes = (api.get_json("/api/v1/nodes") or {}).get("items", [])
+        kueue.start(
+            # KWOK's serving certificate is valid for 127.0.0.1, where Kueue serves its webhooks too.
+            api, state, kc["admin"], (pki.kwok_serving.cert, pki.kwok_serving.key), pki.ca.cert,
+            tuple(_free_ports(3)), kueue.capacity_of(nodes), spawn, wait, say,
+        )
 
     merge_user_kubeconfig(user_kc, server, pki.ca.cert, pki.admin.cert, pki.admin.key,
                           set_current=set_current)

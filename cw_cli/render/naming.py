@@ -10,7 +10,7 @@ from cw_cli.errors import ConfigError
 
 MAX_RUN_NAME = 40  # leaves room for "-<role>" and the "-<index>-<5 chars>" Kubernetes adds to pod names
 SUFFIX_LENGTH = 5
-ROLES = ("config", "trainer", "nodes", "server", "reward")
+ROLES = ("config", "trainer", "nodes", "server", "reward", "keeper", "network")
 _LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _ALPHABET = string.ascii_lowercase + string.digits
 

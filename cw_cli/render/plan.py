@@ -6,6 +6,7 @@ cluster, no kubeconfig, no printing.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,9 +15,11 @@ import yaml
 
 from cw_cli import __version__
 from cw_cli.config.loader import RunConfig
+from cw_cli.config.models import NO_VOLUME
 from cw_cli.config.quantity import parse_quantity
 from cw_cli.errors import ConfigError
 from cw_cli.frameworks.base import (
+    BaseTrainingFramework,
     CHECKPOINT_MOUNT,
     CONFIG_MOUNT,
     RunContext,
@@ -25,8 +28,33 @@ from cw_cli.frameworks.base import (
 )
 from cw_cli.frameworks.launch import MASTER_ADDR_ENV, MASTER_PORT, MASTER_PORT_ENV, NODE_RANK_ENV, NUM_NODES_ENV
 from cw_cli.frameworks.registry import LoadedFramework
-from cw_cli.frameworks.runtime_files import PIP_FILE, runtime_file, user_file, with_requirements
+from cw_cli.frameworks.runtime_files import (
+    IDENTITY_ENV,
+    KEEPER_FILE,
+    LAUNCHER_FILE,
+    PIP_FILE,
+    runtime_file,
+    with_launcher,
+    with_requirements,
+)
+from cw_cli.render.keeper import (
+    LIFETIME_ANNOTATION,
+    keeper_container,
+    keeper_rules,
+    keeper_subjects,
+    token_volume,
+)
 from cw_cli.render.naming import object_names
+from cw_cli.render.outputs import place_outputs
+from cw_cli.render.shipped_files import (
+    check_size,
+    configmap_payload,
+    referenced_modules,
+    ship_referenced,
+    text_file,
+    user_files,
+)
+from cw_cli.render.storage import pod_volumes, storage_env
 from cw_cli.render.templates import render_manifest
 
 MANAGED_BY = "cw"
@@ -47,6 +75,9 @@ class RunRequest:
         run_name: The run's name (already validated or generated).
         namespace: Namespace written into the manifests, or None to leave it to the cluster.
         services_only: Deploy only the services (``--services``).
+        local: The trainer runs on this machine (``--local``), whose folder stands in for the
+            checkpoint volume, so no volume choice is needed.
+        services_lifetime_s: With ``--services``: seconds after which the servers stop (``--ttl``).
     """
 
     framework: LoadedFramework
@@ -55,6 +86,8 @@ class RunRequest:
     run_name: str
     namespace: str | None = None
     services_only: bool = False
+    local: bool = False
+    services_lifetime_s: int | None = None
 
 
 @dataclass
@@ -69,6 +102,8 @@ class Plan:
         trainer_job: Name of the trainer Job, or None with ``--services``.
         managed_suspend: Whether cw releases the suspended Job itself (False under Kueue, which
             admits the Job instead).
+        notices: What cw changed or decided that the user should read before the run starts
+            (a moved output folder, shipped files, outputs that will not be kept).
     """
 
     run_name: str
@@ -76,6 +111,7 @@ class Plan:
     service_deployments: list[str] = field(default_factory=list)
     trainer_job: str | None = None
     managed_suspend: bool = True
+    notices: list[str] = field(default_factory=list)
 
     def to_yaml(self) -> str:
         """The manifests as multi-document YAML."""
@@ -96,15 +132,61 @@ def _labels(request: RunRequest) -> dict[str, str]:
 
 
 
-def _resources(gpus: int, cpu: str | None, memory: str | None) -> dict[str, dict[str, str]]:
+#: `rdma: true`: CoreWeave's InfiniBand scheduling resource (a flag, not a device count) and the
+#: NCCL/UCX settings its documentation gives for its fabrics.
+RDMA_RESOURCE = "rdma/ib"
+RDMA_ENV = {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "ibp", "UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0"}
+#: Keep service-mesh sidecars (Istio, Linkerd) out of the trainer: a sidecar that never exits keeps a
+#: finished Job's pod running. The run's own `annotations` win.
+NO_MESH_ANNOTATIONS = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
+
+
+def _resources(gpus: int, cpu: str | None, memory: str | None, rdma: bool = False) -> dict[str, dict[str, str]]:
     amounts: dict[str, str] = {}
     if gpus:
         amounts["nvidia.com/gpu"] = str(gpus)
+    if rdma:
+        amounts[RDMA_RESOURCE] = "1"
     if cpu:
         amounts["cpu"] = cpu
     if memory:
         amounts["memory"] = memory
     return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+#: Requests of a server that states none: a pod with only a GPU request is BestEffort, the
+#: first evicted under memory pressure. Per GPU, with a floor for GPU-less servers.
+SERVER_CPU_PER_GPU = 4
+SERVER_MEMORY_GI_PER_GPU = 32
+#: Every container: no privilege escalation, no Linux capabilities, the runtime's default seccomp
+#: profile (what Pod Security "baseline" and most admission policies ask for).
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+POD_SECURITY = {"seccompProfile": {"type": "RuntimeDefault"}}
+#: cw's own helpers (the wait-for-server init containers, the keeper) only run stdlib Python: they
+#: need neither root nor a writable file system. The trainer and servers run as their images
+#: want (root, writing caches and pip installs).
+HELPER_SECURITY = {
+    **CONTAINER_SECURITY,
+    "runAsNonRoot": True,
+    "runAsUser": 65534,
+    "runAsGroup": 65534,
+    "readOnlyRootFilesystem": True,
+}
+HELPER_RESOURCES = {
+    "requests": {"cpu": "10m", "memory": "32Mi", "ephemeral-storage": "10Mi"},
+    "limits": {"cpu": "200m", "memory": "128Mi", "ephemeral-storage": "100Mi"},
+}
+
+
+def server_requests(service: ServiceDef) -> tuple[str, str]:
+    """CPU and memory of a server: its own settings, else a default sized by its GPUs."""
+    cpu = service.cpu or str(max(2, SERVER_CPU_PER_GPU * service.gpus))
+    memory = service.memory or f"{max(16, SERVER_MEMORY_GI_PER_GPU * service.gpus)}Gi"
+    return cpu, memory
 
 
 MAX_SHM = 64 * 2**30
@@ -161,7 +243,8 @@ def _wait_container(service: ServiceDef, service_name: str, image: str, pull_pol
         "image": image,
         "imagePullPolicy": pull_policy,
         "command": ["python3", "-c", script, url],
-        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
+        "resources": HELPER_RESOURCES,
+        "securityContext": HELPER_SECURITY,
     }
 
 
@@ -199,6 +282,57 @@ def _pack_services_affinity(labels: dict[str, str], roles: list[str]) -> dict[st
     }
 
 
+def _keeper_rbac(
+    request: RunRequest,
+    common: dict[str, Any],
+    dirs: list[Any],
+    templates: dict[str, str],
+    servers: list[str],
+    account: str,
+) -> list[dict[str, Any]]:
+    """ServiceAccount (unless the user names one), Role and RoleBinding of the run's server keepers."""
+    names = common["names"]
+    trainer_job = None if request.services_only else names["trainer"]
+    keeper = {
+        "rules": keeper_rules(trainer_job, servers),
+        "subjects": keeper_subjects(account, request.namespace),
+    }
+    view = {**common, "keeper": keeper}
+    manifests = []
+    if not request.config.cluster.service_account:
+        manifests.append(
+            render_manifest(templates["keeper_serviceaccount"], view, dirs, "ServiceAccount", names["keeper"])
+        )
+    manifests.append(render_manifest(templates["keeper_role"], view, dirs, "Role", names["keeper"]))
+    manifests.append(render_manifest(templates["keeper_rolebinding"], view, dirs, "RoleBinding", names["keeper"]))
+    return manifests
+
+
+def _volume_choice(request: RunRequest, framework: BaseTrainingFramework) -> list[str]:
+    """Refuse a run whose outputs would silently die with its pod; warn when the user chose that."""
+    cluster = request.config.cluster
+    if cluster.keeps_outputs or request.local or request.services_only:
+        return []
+    if cluster.checkpoint_volume == NO_VOLUME:
+        return [
+            "`checkpoint_volume: none`: checkpoints and the final model are written to the pod's own disk and are "
+            "LOST when the pod ends; nothing resumes after a failure"
+        ]
+    if framework.pushes_to_hub(request.config.native):
+        return [
+            "no `checkpoint_volume`: only what the trainer pushes to the Hugging Face Hub is kept; intermediate "
+            "checkpoints are lost with the pod and a failed run cannot resume"
+        ]
+    raise ConfigError(
+        [
+            f"{request.config.path}: `checkpoint_volume` is not set, so the run's checkpoints and final model would "
+            "be lost when its pod ends"
+        ],
+        hint="set `checkpoint_volume: <PersistentVolumeClaim>` (outputs go to /checkpoints/<run>), or "
+        "`checkpoint_volume: none` to accept losing them (e.g. --set checkpoint_volume=none)",
+    )
+
+
 def build_plan(request: RunRequest) -> Plan:
     """Render every manifest of a run.
 
@@ -224,38 +358,70 @@ def build_plan(request: RunRequest) -> Plan:
         names=names,
         services_only=request.services_only,
     )
-    native = request.config.native
+    path = request.config.path
+    notices = [*request.config.notices, *_volume_choice(request, framework)]
     try:
+        native, moved = place_outputs(request.config.native, framework.output_keys, context.output_dir)
+        native, referenced, shipped_notes = ship_referenced(native, framework.file_keys, path.parent)
         prepared = framework.prepare_config(native, context)
         config_text = framework.serialize_config(prepared)
-        extra_files = dict(user_file(request.config.path.parent, path, "files") for path in cluster.files)
-        framework_files = framework.config_files(native, context, request.config.path.parent)
+        user_shipped = user_files(path.parent, cluster.files)
+        modules, module_notes = referenced_modules(
+            native, framework.module_keys, path.parent, {f.key for f in user_shipped}
+        )
+        user_shipped += modules
+        shipped_notes += module_notes
+        framework_files = framework.config_files(native, context, path.parent)
         services = framework.services(native, context)
         requirements = [*framework.pip_packages(prepared, context), *cluster.pip]
     except (ValueError, KeyError) as exc:
-        raise ConfigError([f"{request.config.path}: {exc}"]) from None
+        raise ConfigError([f"{path}: {exc}"]) from None
+    notices += moved + shipped_notes
     if requirements:
         framework_files[PIP_FILE] = runtime_file(PIP_FILE)
-    taken = sorted(set(extra_files) & ({framework.config_file_name} | set(framework_files)))
+    if not request.services_only:
+        framework_files[LAUNCHER_FILE] = runtime_file(LAUNCHER_FILE)
+    if services:
+        framework_files[KEEPER_FILE] = runtime_file(KEEPER_FILE)
+    taken = sorted({f.key for f in user_shipped} & ({framework.config_file_name} | set(framework_files)))
     if taken:
         raise ConfigError(
-            [f"{request.config.path}: `files`: {', '.join(taken)} would replace a file cw mounts in /etc/cw"],
+            [f"{path}: `files`: {', '.join(taken)} would replace a file cw mounts in /etc/cw"],
             hint="rename your file",
         )
-    extra_files.update(framework_files)
+    files = [
+        text_file(framework.config_file_name, config_text),
+        *user_shipped,
+        *(text_file(key, text) for key, text in framework_files.items()),
+        *referenced,
+    ]
+    try:
+        check_size(files, path)
+    except ValueError as exc:
+        raise ConfigError([f"{path}: {exc}"]) from None
     if request.services_only and not services:
         raise ConfigError(
             [f"`{request.framework.name} {request.training_type.value}` has no services to deploy"],
             hint="drop --services, or use a multi-service type such as grpo",
+        )
+    if request.services_only and not request.services_lifetime_s:
+        raise ConfigError(
+            ["--services starts servers without a trainer, so nothing would ever stop them and free their GPUs"],
+            hint="give them a lifetime, e.g. --ttl 6h (they scale to zero then; `cw delete` removes them sooner)",
+        )
+    if request.services_lifetime_s and not request.services_only:
+        raise ConfigError(
+            ["--ttl is for --services: with a trainer, the servers stop when the trainer Job ends"],
+            hint="drop --ttl, or add --services",
         )
 
     labels = _labels(request)
     pull_policy = "Always" if cluster.pull else "IfNotPresent"
     tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in cluster.tolerations]
     secret_refs = cluster.secret_refs()
-    base_env = {**cluster.env, "PYTHONPATH": CONFIG_MOUNT}
+    base_env = {**cluster.env, **storage_env(cluster), "PYTHONPATH": CONFIG_MOUNT}
     image = cluster.image or framework.default_image(request.training_type)
-    files = {framework.config_file_name: config_text, **extra_files}
+    data, binary_data, config_items = configmap_payload(files)
     common = {
         "namespace": request.namespace,
         "labels": labels,
@@ -264,25 +430,55 @@ def build_plan(request: RunRequest) -> Plan:
         "tolerations": tolerations,
         "pull_policy": pull_policy,
         "config_mount": CONFIG_MOUNT,
+        "container_security": CONTAINER_SECURITY,
+        "pod_security": POD_SECURITY,
         "checkpoint_mount": CHECKPOINT_MOUNT,
         "master_port": MASTER_PORT,
     }
     dirs = framework.template_dirs()
-    templates = framework.templates(request.training_type)
-    plan = Plan(run_name=request.run_name, managed_suspend=cluster.queue is None)
+    # A plugin's own templates() may predate newer objects: the built-in ones fill the gaps.
+    templates = {
+        **BaseTrainingFramework.templates(framework, request.training_type),
+        **framework.templates(request.training_type),
+    }
+    plan = Plan(run_name=request.run_name, managed_suspend=cluster.queue is None, notices=notices)
 
     if not request.services_only:
-        trainer_env = _env({**base_env, **framework.trainer_env(context)}, secret_refs)
+        identity = {
+            "framework": request.framework.name,
+            "type": request.training_type.value,
+            # As the user wrote it: a shipped path is rewritten, the model it names is the same.
+            "model": str(request.config.native.get(framework.model_key, "")),
+        }
+        fabric = RDMA_ENV if cluster.rdma else {}  # before base_env: the run's own `env` wins
+        trainer_env = _env(
+            {**fabric, **base_env, **framework.trainer_env(context), IDENTITY_ENV: json.dumps(identity, sort_keys=True)},
+            secret_refs,
+        )
         if cluster.nodes > 1:
             trainer_env += _multi_node_env(names, cluster.nodes)
         job_labels = dict(labels, **{"app.kubernetes.io/component": "trainer"})
         if cluster.queue:
             job_labels[KUEUE_QUEUE_LABEL] = cluster.queue
+        shm_size = _shm_size(cluster.shm_size, cluster.memory)
+        volumes, mounts = pod_volumes(cluster, names["config"], config_items, shm_size, trainer=True)
         trainer = {
             "image": image,
-            "command": with_requirements(framework.trainer_command(prepared, context), requirements),
+            "command": with_requirements(
+                with_launcher(
+                    framework.trainer_command(prepared, context),
+                    resume=framework.launcher_resumes,
+                    setup=framework.setup_commands(prepared, context),
+                ),
+                requirements,
+            ),
             "env": trainer_env,
-            "resources": _resources(gpus, cluster.cpu, cluster.memory),
+            "resources": _resources(gpus, cluster.cpu, cluster.memory, rdma=cluster.rdma),
+            "annotations": {**NO_MESH_ANNOTATIONS, **cluster.annotations},
+            # Relative output paths of the config land in the run's folder on the volume.
+            "working_dir": context.output_dir,
+            "volumes": volumes,
+            "volume_mounts": mounts,
         }
         plan.manifests.append(
             render_manifest(
@@ -291,7 +487,7 @@ def build_plan(request: RunRequest) -> Plan:
                     **common,
                     "job_labels": job_labels,
                     "nodes": cluster.nodes,
-                    "shm_size": _shm_size(cluster.shm_size, cluster.memory),
+                    "shm_size": shm_size,
                     "ttl_seconds": int(math.ceil(cluster.ttl_hours * 3600)),
                     "trainer": trainer,
                     "spread_affinity": _spread_affinity(labels),
@@ -308,14 +504,31 @@ def build_plan(request: RunRequest) -> Plan:
         plan.trainer_job = names["trainer"]
 
     plan.manifests.append(
-        render_manifest(templates["configmap"], {**common, "files": files}, dirs, "ConfigMap", names["config"])
+        render_manifest(
+            templates["configmap"],
+            {**common, "files": data, "binary_files": binary_data},
+            dirs,
+            "ConfigMap",
+            names["config"],
+        )
     )
     if not request.services_only and cluster.nodes > 1:
         plan.manifests.append(
             render_manifest(templates["headless_service"], common, dirs, "Service", names["nodes"])
         )
+    server_names = [f"{request.run_name}-{service.role}" for service in services]
+    keeper_account = cluster.service_account or names["keeper"]
+    if services:
+        plan.manifests += _keeper_rbac(request, common, dirs, templates, server_names, keeper_account)
+    plan.manifests.append(render_manifest(templates["networkpolicy"], common, dirs, "NetworkPolicy", names["network"]))
     for service in services:
         service_name = f"{request.run_name}-{service.role}"
+        service_cpu, service_memory = server_requests(service)
+        service_shm = _shm_size(cluster.shm_size, service_memory)
+        reads_checkpoints = f"{CHECKPOINT_MOUNT}/" in " ".join(service.command)
+        volumes, mounts = pod_volumes(
+            cluster, names["config"], config_items, service_shm, trainer=False, reads_checkpoints=reads_checkpoints
+        )
         service_view = {
             "name": service_name,
             "role": service.role,
@@ -326,12 +539,28 @@ def build_plan(request: RunRequest) -> Plan:
             "headless": service.headless,
             "health_path": service.health_path,
             "env": _env({**base_env, **service.env}, secret_refs),
-            "resources": _resources(service.gpus, service.cpu, service.memory),
-            "shm_size": _shm_size(cluster.shm_size, service.memory),
+            "resources": _resources(service.gpus, service_cpu, service_memory),
+            "shm_size": service_shm,
             "affinity": _pack_services_affinity(labels, [s.role for s in services]),
-            # Servers read the volume only to load a model kept there (a ReadWriteOnce claim
-            # cannot follow them to other nodes otherwise).
-            "checkpoint_volume": cluster.checkpoint_volume if f"{CHECKPOINT_MOUNT}/" in " ".join(service.command) else None,
+            # For plugin templates written before `volumes`: the claim a server reads, else None.
+            "checkpoint_volume": cluster.checkpoint_claim if reads_checkpoints else None,
+            "volumes": [*volumes, token_volume()],
+            "volume_mounts": mounts,
+            "service_account": keeper_account,
+            "sidecars": [
+                keeper_container(
+                    service.image,
+                    pull_policy,
+                    service_name,
+                    plan.trainer_job,
+                    request.services_lifetime_s,
+                    HELPER_SECURITY,
+                    HELPER_RESOURCES,
+                )
+            ],
+            "annotations": (
+                {LIFETIME_ANNOTATION: str(request.services_lifetime_s)} if request.services_lifetime_s else {}
+            ),
         }
         plan.manifests.append(
             render_manifest(templates["deployment"], {**common, "service": service_view}, dirs, "Deployment", service_name)

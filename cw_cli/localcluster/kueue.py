@@ -1,0 +1,218 @@
+"""Kueue on the local cluster (``cw cluster up --kueue``): the real controller, as a local process.
+
+The API server must call Kueue's admission webhooks, and a Service in front of a process on this
+machine is not an address it can reach. So Kueue serves its webhooks on 127.0.0.1 with the local
+cluster's serving certificate, and its own webhook manifests are installed with
+``clientConfig.url`` pointing there and the cluster CA as ``caBundle``: every webhook Kueue needs
+for Jobs and its own objects stays on, with ``failurePolicy`` as shipped. Kueue's own certificate
+management is off (it would issue certificates for the Service name); its aggregated visibility
+API is off too (an APIService can only name a Service).
+
+Then one ResourceFlavor, a ClusterQueue ``cw-gpus`` whose quota is the fake nodes' allocatable
+CPU, memory and GPUs, and a LocalQueue ``cw`` in namespace default; :func:`local_queue` gives the
+manifest for another namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from .errors import StartError
+from .paths import cache_dir, load_versions
+
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+CLUSTER_QUEUE = "cw-gpus"
+LOCAL_QUEUE = "cw"
+FLAVOR = "default"
+NAMESPACE = "kueue-system"
+#: Webhooks kept from Kueue's manifests: Jobs (the integration cw uses) and Kueue's own objects.
+WEBHOOK_PATHS = ("-batch-v1-job", "-kueue-x-k8s-io-")
+COVERED = ("cpu", "memory", "nvidia.com/gpu")
+
+
+def kueue_dir(cache: Path | None = None) -> Path:
+    """Where tools/build.sh puts Kueue, its CRDs and its webhook manifests."""
+    return (cache or cache_dir()) / "bin" / f"kueue-{load_versions().kueue}"
+
+
+def webhook_configurations(manifests: str, port: int, ca_pem: bytes) -> list[dict[str, Any]]:
+    """Kueue's webhook configurations, reached at https://127.0.0.1:<port> instead of a Service."""
+    import base64
+
+    bundle = base64.b64encode(ca_pem).decode()
+    configurations = []
+    for document in yaml.safe_load_all(manifests):
+        if not document:
+            continue
+        hooks = []
+        for hook in document["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            if any(marker in path for marker in WEBHOOK_PATHS):
+                hooks.append({**hook, "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}})
+        metadata = {"name": f"kueue-{document['metadata']['name']}"}
+        configurations.append({**document, "metadata": metadata, "webhooks": hooks})
+    return configurations
+
+
+def configuration(webhook_port: int, health_port: int, metrics_port: int, cert_dir: Path) -> dict[str, Any]:
+    """Kueue's Configuration for a controller on this machine."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "integrations": {"frameworks": ["batch/job"]},
+    }
+
+
+def queue_manifests(cpu: str, memory: str, gpus: int) -> list[dict[str, Any]]:
+    """ResourceFlavor, ClusterQueue (quota = the given totals) and the LocalQueue of namespace default."""
+    quota = [{"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": memory},
+             {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)}]  # fmt: skip
+    return [
+        {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}},
+        {
+            "apiVersion": API_VERSION,
+            "kind": "ClusterQueue",
+            "metadata": {"name": CLUSTER_QUEUE},
+            "spec": {
+                "namespaceSelector": {},
+                "queueingStrategy": "BestEffortFIFO",
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+                "resourceGroups": [{"coveredResources": list(COVERED), "flavors": [{"name": FLAVOR, "resources": quota}]}],
+            },
+        },
+        local_queue("default"),
+    ]
+
+
+def local_queue(namespace: str) -> dict[str, Any]:
+    """The LocalQueue ``cw`` of a namespace, feeding the ClusterQueue ``cw-gpus``."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": {"name": LOCAL_QUEUE, "namespace": namespace},
+        "spec": {"clusterQueue": CLUSTER_QUEUE},
+    }
+
+
+def _plural(kind: str) -> str:
+    return {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}[kind]
+
+
+def start(
+    api: Any,
+    state: Path,
+    admin_kubeconfig: Path,
+    serving_cert: tuple[Path, Path],
+    ca_cert: Path,
+    ports: tuple[int, int, int],
+    capacity: tuple[str, str, int],
+    spawn: Callable[[str, list[str], dict], None],
+    wait: Callable[[str, Callable[[], bool]], None],
+    say: Callable[[str], None],
+) -> None:
+    """Install Kueue's CRDs and webhooks, start the controller, create the queues.
+
+    Args:
+        api: The local cluster's admin client (``request``, ``get_json``).
+        state: The cluster's state folder.
+        admin_kubeconfig: Kubeconfig Kueue runs with.
+        serving_cert: (certificate, key) valid for 127.0.0.1.
+        ca_cert: The cluster CA (what the API server checks the webhooks against).
+        ports: (webhook, health, metrics) on 127.0.0.1.
+        capacity: (cpu, memory, gpus) the ClusterQueue may hand out.
+        spawn: Starts a recorded process ``(name, argv, env)``; ``cw cluster down`` stops it.
+        wait: Polls a probe until true or the start deadline.
+        say: Progress.
+
+    Raises:
+        StartError: Kueue is not built, or an object is refused.
+    """
+    home = kueue_dir()
+    if not os.access(home / "kueue", os.X_OK):
+        raise StartError(f"Kueue is not built ({home}); run `bash tools/build.sh kueue` (a few minutes)")
+
+    def create(path: str, body: dict[str, Any]) -> None:
+        code, raw = api.request("POST", path, body, timeout=30)
+        if code not in (201, 409):
+            raise StartError(f"creating {body['kind']} {body['metadata']['name']} failed ({code}): {raw[:300]!r}")
+
+    say("installing Kueue's CRDs")
+    names = []
+    for crd in sorted((home / "crds").glob("*.yaml")):
+        body = yaml.safe_load(crd.read_text(encoding="utf-8"))
+        create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body)
+        names.append(body["metadata"]["name"])
+
+    def established(name: str) -> bool:
+        crd = api.get_json(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") or {}
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    for name in names:  # Kueue looks its kinds up once, at start
+        wait(f"CRD {name} to be established", lambda name=name: established(name))
+    create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+
+    folder = state / "kueue"
+    certs = folder / "certs"
+    certs.mkdir(parents=True, exist_ok=True)
+    cert, key = serving_cert
+    for target in ("tls.crt", "tls.key"):
+        (certs / target).write_bytes((cert if target == "tls.crt" else key).read_bytes())
+    webhook_port, health_port, metrics_port = ports
+    (folder / "config.yaml").write_text(
+        yaml.safe_dump(configuration(webhook_port, health_port, metrics_port, certs)), encoding="utf-8"
+    )
+    for webhook in webhook_configurations((home / "webhooks.yaml").read_text(), webhook_port, ca_cert.read_bytes()):
+        plural = "mutatingwebhookconfigurations" if webhook["kind"].startswith("Mutating") else "validatingwebhookconfigurations"
+        create(f"/apis/admissionregistration.k8s.io/v1/{plural}", webhook)
+
+    say("starting Kueue")
+    env = {**os.environ, "KUBECONFIG": str(admin_kubeconfig), "CW_KUEUE_METRICS_CERTS": str(certs)}
+    spawn("kueue", [str(home / "kueue"), f"--config={folder / 'config.yaml'}",
+                    "--feature-gates=VisibilityOnDemand=false"], env)  # fmt: skip
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/readyz", timeout=2):
+                return True
+        except OSError:
+            return False
+
+    wait("Kueue to be ready", ready)
+    cpu, memory, gpus = capacity
+    for body in queue_manifests(cpu, memory, gpus):
+        namespace = body["metadata"].get("namespace")
+        scope = f"/namespaces/{namespace}" if namespace else ""
+        path = f"/apis/{API_VERSION}{scope}/{_plural(body['kind'])}"
+        # The webhook answers once the controller's cache is warm: retry the first objects briefly.
+        for attempt in range(30):
+            code, raw = api.request("POST", path, body, timeout=30)
+            if code in (201, 409):
+                break
+            time.sleep(1)
+        else:
+            raise StartError(f"creating {body['kind']} {body['metadata']['name']} failed ({code}): {raw[:300]!r}")
+    say(f"Kueue: ClusterQueue {CLUSTER_QUEUE} ({gpus} GPUs), LocalQueue {LOCAL_QUEUE} in namespace default")
+
+
+def capacity_of(nodes: list[dict[str, Any]]) -> tuple[str, str, int]:
+    """Allocatable CPU, memory and GPUs of the fake nodes, summed (for the ClusterQueue's quota)."""
+    from cw_cli.config.quantity import parse_quantity
+
+    cpu = sum(parse_quantity(str(n["status"]["allocatable"].get("cpu", 0))) for n in nodes)
+    memory = sum(parse_quantity(str(n["status"]["allocatable"].get("memory", 0))) for n in nodes)
+    gpus = sum(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)) for n in nodes)
+    return str(int(cpu)), f"{int(memory // 2**30)}Gi", gpus
+

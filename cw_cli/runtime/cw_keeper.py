@@ -1,0 +1,138 @@
+"""cw's server keeper: stops a run's server once its trainer has finished, or its lifetime is over.
+
+Copied verbatim into the run's ConfigMap (key ``cw_keeper.py``) and run as a small second
+container beside each server (vLLM, reward model), so it must stay one file with no cw imports
+(standard library only). Every ``CW_KEEPER_POLL_S`` seconds it reads, through the API server with
+the run's own ServiceAccount token (a Role allows exactly this and nothing else):
+
+* ``CW_TRAINER_JOB``: the trainer Job. Once it has a ``Complete`` or ``Failed`` condition (after
+  the Job's own retries), or is gone, the keeper scales ``CW_KEEPER_DEPLOYMENT`` to zero replicas;
+  the Deployment's pods, and their GPUs, go away and the Job stays readable.
+* ``CW_LIFETIME_S`` (``cw ... --services --ttl``): seconds after the Deployment's creation at
+  which the same happens, for servers that have no trainer.
+
+The API server, token and CA come from the standard in-cluster places; ``CW_KEEPER_API``,
+``CW_KEEPER_TOKEN_FILE`` and ``CW_KEEPER_CA_FILE`` override them (tests run the keeper as a local
+process against a real API server). ``--once`` checks one time and exits 0 (stopped) or 3 (not yet).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime, timezone
+
+_PREFIX = "[cw-keeper]"
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+NOT_YET = 3
+
+
+def log(message: str) -> None:
+    print(f"{_PREFIX} {message}", file=sys.stderr, flush=True)
+
+
+class Api:
+    """The few API calls the keeper makes, with the pod's ServiceAccount token."""
+
+    def __init__(self, environ: dict) -> None:
+        host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT", "443")
+        self.server = environ.get("CW_KEEPER_API") or f"https://{host}:{port}"
+        self.token_file = environ.get("CW_KEEPER_TOKEN_FILE") or f"{SA_DIR}/token"
+        ca_file = environ.get("CW_KEEPER_CA_FILE") or f"{SA_DIR}/ca.crt"
+        self.context = ssl.create_default_context(cafile=ca_file)
+        self.namespace = environ.get("CW_KEEPER_NAMESPACE") or _read(f"{SA_DIR}/namespace").strip()
+
+    def call(self, method: str, path: str, body: dict | None = None) -> dict | None:
+        """JSON of the response, or None for 404."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.server + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {_read(self.token_file).strip()}")  # re-read: it rotates
+        request.add_header("Accept", "application/json")
+        if body is not None:
+            request.add_header("Content-Type", "application/merge-patch+json")
+        try:
+            with urllib.request.urlopen(request, context=self.context, timeout=20) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    def job(self, name: str) -> dict | None:
+        return self.call("GET", f"/apis/batch/v1/namespaces/{self.namespace}/jobs/{name}")
+
+    def deployment(self, name: str) -> dict | None:
+        return self.call("GET", f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{name}")
+
+    def scale_to_zero(self, name: str) -> None:
+        path = f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{name}/scale"
+        self.call("PATCH", path, {"spec": {"replicas": 0}})
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def trainer_finished(job: dict | None) -> str | None:
+    """Why the trainer counts as finished (its final condition, or gone), or None while it runs."""
+    if job is None:
+        return "the trainer Job is gone"
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
+            return f"the trainer Job is {condition['type']}"
+    return None
+
+
+def lifetime_over(deployment: dict | None, lifetime_s: float, now: datetime) -> str | None:
+    """Why the server's lifetime is over, or None while it lasts."""
+    if deployment is None:
+        return "the Deployment is gone"
+    created = datetime.fromisoformat(deployment["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+    age = (now - created).total_seconds()
+    return f"its lifetime of {lifetime_s:.0f} s is over" if age >= lifetime_s else None
+
+
+def check(api: Api, environ: dict, now: datetime | None = None) -> str | None:
+    """One look: the reason to stop, or None."""
+    job_name = environ.get("CW_TRAINER_JOB")
+    if job_name:
+        reason = trainer_finished(api.job(job_name))
+        if reason:
+            return reason
+    lifetime = environ.get("CW_LIFETIME_S")
+    if lifetime:
+        deployment = api.deployment(environ["CW_KEEPER_DEPLOYMENT"])
+        return lifetime_over(deployment, float(lifetime), now or datetime.now(timezone.utc))
+    return None
+
+
+def main(argv: list[str] | None = None, environ: dict | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    env = dict(os.environ if environ is None else environ)
+    deployment = env["CW_KEEPER_DEPLOYMENT"]
+    api = Api(env)
+    poll_s = float(env.get("CW_KEEPER_POLL_S", "15"))
+    log(f"keeping {deployment}: trainer {env.get('CW_TRAINER_JOB') or '-'}, lifetime {env.get('CW_LIFETIME_S') or '-'} s")
+    while True:
+        try:
+            reason = check(api, env)
+        except (OSError, ValueError, urllib.error.URLError) as exc:  # API hiccup: try again next round
+            log(f"cannot check yet: {exc}")
+            reason = None
+        if reason:
+            log(f"{reason}: scaling {deployment} to 0 replicas")
+            api.scale_to_zero(deployment)
+            return 0
+        if "--once" in args:
+            return NOT_YET
+        time.sleep(poll_s)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
