@@ -99,6 +99,12 @@ class WaitTimeout(CwError):
     exit_code = ExitCode.TIMEOUT
 
 
+class Interrupted(CwError):
+    """Ctrl-C, SIGTERM or SIGHUP stopped cw; the message says what happened to the run."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
 class RunFailed(CwError):
     """The run ended in failure (used by ``--wait``)."""
 

@@ -57,7 +57,7 @@ def list_command(namespace: NamespaceOption = None, context: ContextOption = Non
     """List the runs in the namespace, with state, GPUs and age."""
     from rich.table import Table
 
-    from cw_cli.k8s.inspect import list_runs
+    from cw_cli.k8s.inspect import STALLED, list_runs
 
     kube = _kube(context, namespace)
     runs = list_runs(kube)
@@ -68,6 +68,9 @@ def list_command(namespace: NamespaceOption = None, context: ContextOption = Non
     for run in runs:
         table.add_row(run.name, run.framework, run.training_type, run.state, str(run.gpus), _age(run.created))
     out().print(table)
+    for run in runs:
+        if run.state == STALLED:
+            err().print(f"[yellow]{run.name}: its launcher stopped before starting it; `cw delete {run.name}` removes it[/]")
 
 
 @handle_errors

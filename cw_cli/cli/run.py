@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Callable, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Iterator, Optional
 
 import typer
 
@@ -18,9 +20,10 @@ if TYPE_CHECKING:  # the kubernetes-backed modules load only when a command need
 
 #: `--dry-run` prints the plan for reading: applied as is, the suspended Job would never start.
 DRY_RUN_HEADER = (
-    "# cw --dry-run: for reading, not for `kubectl apply`. The trainer Job is created suspended and\n"
-    "# cw releases it once its servers are Ready; cw also links every object to the Job so that\n"
-    "# `cw delete` removes the run. Run the same command without --dry-run to launch it.\n"
+    "# cw --dry-run: the run's objects. `kubectl apply -f` of this output starts the run (the\n"
+    "# trainer's init containers wait for its servers), but only cw's own launch also links every\n"
+    "# object to the Job (ownerReferences, so the Job's TTL removes the run), creates nothing if the\n"
+    "# name is taken and removes a half-made run. Run the same command without --dry-run for that.\n"
 )
 
 
@@ -61,14 +64,20 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
         from cw_cli.config.loader import FlagOverrides, load_run_config
         from cw_cli.config.quantity import parse_duration
         from cw_cli.render.naming import generate_run_name, validate_run_name
-        from cw_cli.render.plan import RunRequest, build_plan
+        from cw_cli.errors import ConfigError
+        from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S, RunRequest, build_plan
 
         loaded, training_type = registry.resolve_type(framework_name, type_name)
         if local and gpu is None:
             gpu = _local_gpu_count()  # the config's GPU count is for cluster nodes, not this machine
         flags = FlagOverrides(gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull or None)
         run_config = load_run_config(config, loaded.framework, training_type, set_ or [], flags)
-        run_name = validate_run_name(name) if name else generate_run_name(framework_name, training_type.value, config.stem)
+        if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+            raise ConfigError([f"--timeout {timeout:g}: expected a positive number of seconds"], hint="e.g. --timeout 3600")
+        # `--name ""` is a mistake to report, not a request for a generated name.
+        run_name = (
+            validate_run_name(name) if name is not None else generate_run_name(framework_name, training_type.value, config.stem)
+        )
         plan = build_plan(
             RunRequest(
                 loaded,
@@ -79,6 +88,7 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
                 services_only=services,
                 local=local,
                 services_lifetime_s=parse_duration(ttl, "--ttl") if ttl else None,
+                services_timeout_s=int(math.ceil(timeout)) if timeout else DEFAULT_SERVICES_TIMEOUT_S,
             )
         )
         _print_notices(plan.notices)
@@ -129,7 +139,7 @@ def _apply(
 ) -> None:
     from rich.markup import escape
 
-    from cw_cli.errors import RunFailed
+    from cw_cli.errors import Interrupted, RunFailed
     from cw_cli.k8s.connection import ClusterTarget, connect
     from cw_cli.k8s.launch import launch, wait_for_deployments
     from cw_cli.k8s.operations import wait_for_run
@@ -141,24 +151,54 @@ def _apply(
         console.print(f"  {escape(line)}")
 
     console.print(f"run [bold]{plan.run_name}[/] in namespace {kube.namespace} ({kube.host})")
-    result = launch(kube, plan, server_dry_run=server_dry_run, services_timeout_s=timeout or 1800, progress=progress)
-    if result.dry_run:
-        console.print(f"[green]the API server accepted all {len(result.created)} objects; nothing was created[/]")
-        return
-    if plan.trainer_job and not result.released:
-        console.print("the Job waits for Kueue to admit it")
-    console.print(f"next: cw status {plan.run_name}   cw logs {plan.run_name} -f   cw delete {plan.run_name}")
-    if wait and services_only:
-        wait_for_deployments(kube, plan.run_name, plan.service_deployments, timeout or 1800, progress)
-        console.print("[green]services are Ready[/]")
-    elif wait and plan.trainer_job:
+    with _termination_as_interrupt():
+        result = launch(kube, plan, server_dry_run=server_dry_run, services_timeout_s=timeout or 1800, progress=progress)
+        if result.dry_run:
+            console.print(f"[green]the API server accepted all {len(result.created)} objects; nothing was created[/]")
+            return
+        if plan.trainer_job and not result.released:
+            console.print("the Job waits for Kueue to admit it")
+        console.print(f"next: cw status {plan.run_name}   cw logs {plan.run_name} -f   cw delete {plan.run_name}")
+        if not wait:
+            return
         try:
-            wait_for_run(kube, plan.trainer_job, timeout, progress)
-        except RunFailed:
-            _stop_services_of_finished_run(kube, plan, progress)
-            raise
-        _stop_services_of_finished_run(kube, plan, progress)
-        console.print(f"[green]run {plan.run_name} succeeded[/]")
+            if services_only:
+                wait_for_deployments(kube, plan.run_name, plan.service_deployments, timeout or 1800, progress)
+                console.print("[green]services are Ready[/]")
+            elif plan.trainer_job:
+                try:
+                    wait_for_run(kube, plan.trainer_job, timeout, progress)
+                except RunFailed:
+                    _stop_services_of_finished_run(kube, plan, progress)
+                    raise
+                _stop_services_of_finished_run(kube, plan, progress)
+                console.print(f"[green]run {plan.run_name} succeeded[/]")
+        except KeyboardInterrupt:
+            # The run is launched and complete: stopping the watch must not stop the run.
+            raise Interrupted(
+                f"stopped waiting; run {plan.run_name!r} goes on in the cluster",
+                hint=f"cw status {plan.run_name} to follow it, cw delete {plan.run_name} to stop it",
+            ) from None
+
+
+@contextmanager
+def _termination_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a closed terminal, a CI job cancelled) act like Ctrl-C: a launch rolls back."""
+    import signal
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    saved = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is not None:
+            saved[number] = signal.signal(number, interrupt)
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
 
 
 def _stop_services_of_finished_run(kube: Kube, plan: Plan, progress: Callable[[str], None]) -> None:

@@ -35,6 +35,11 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "Node": ("/api/v1", "nodes", False),
 }
 FIELD_MANAGER = "cw"
+#: Seconds one request may take: to connect, and to read the answer. One attempt, no silent
+#: retries (urllib3 would otherwise try a GET 4 times: 2 minutes against a frozen server).
+#: CW_REQUEST_TIMEOUT overrides the read part, e.g. for a slow link.
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 30.0
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -112,10 +117,19 @@ class Kube:
         body: Any = None,
         query: dict[str, Any] | None = None,
         content_type: str | None = None,
-        timeout: float | tuple[float, float] | None = 30,
+        timeout: float | tuple[float, float] | None = None,
         what: str = "",
     ) -> Any:
         """Send one request; return the urllib3 response (body not read) on success.
+
+        Args:
+            method: HTTP method.
+            path: URL path.
+            body: JSON body.
+            query: Query parameters (None values are left out).
+            content_type: Content-Type of the body.
+            timeout: (connect, read) seconds; default :func:`request_timeout`.
+            what: What is being done, for error messages.
 
         Raises:
             ClusterUnreachable: No answer from the API server.
@@ -123,6 +137,7 @@ class Kube:
         """
         import urllib3
 
+        timeout = timeout if timeout is not None else request_timeout()
         headers = {"Accept": "application/json"}
         if content_type:
             headers["Content-Type"] = content_type
@@ -165,6 +180,21 @@ class Kube:
         )
         return list(data.get("items") or [])
 
+    def create(self, manifest: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """Create one object; the API server's 409 (Conflict) means the name is taken.
+
+        Unlike apply, create never takes over an object another launch made a moment earlier:
+        of two launches racing for one run name, exactly one gets each object.
+        """
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        return self.request(
+            "POST",
+            self.path(kind),
+            body=manifest,
+            query={"fieldManager": FIELD_MANAGER, "dryRun": "All" if dry_run else None},
+            what=f"create {kind} {name}",
+        )
+
     def apply(self, manifest: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         """Server-side apply one manifest with field manager ``cw``."""
         kind, name = manifest["kind"], manifest["metadata"]["name"]
@@ -188,15 +218,23 @@ class Kube:
             what=f"update {kind} {name}",
         )
 
-    def delete(self, kind: str, name: str) -> bool:
-        """Delete one object (dependents in the background); False when it was already gone."""
+    def delete(self, kind: str, name: str, uid: str | None = None) -> bool:
+        """Delete one object (dependents in the background); False when it was already gone.
+
+        Args:
+            kind: The object's kind.
+            name: Its name.
+            uid: Delete only the object with this UID (a precondition the API server checks):
+                an object of the same name that someone else created meanwhile is left alone.
+
+        Raises:
+            Conflict: ``uid`` was given and the object there now is another one.
+        """
+        options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
         try:
-            self.request(
-                "DELETE",
-                self.path(kind, name),
-                body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
-                what=f"delete {kind} {name}",
-            )
+            self.request("DELETE", self.path(kind, name), body=options, what=f"delete {kind} {name}")
             return True
         except NotFound:
             return False
@@ -232,6 +270,18 @@ class Kube:
             yield buffer.decode(errors="replace")
 
 
+def request_timeout() -> tuple[float, float]:
+    """(connect, read) seconds for one API request; ``CW_REQUEST_TIMEOUT`` sets the read part."""
+    import os
+
+    try:
+        read = float(os.environ.get("CW_REQUEST_TIMEOUT", READ_TIMEOUT_S))
+    except ValueError:
+        read = READ_TIMEOUT_S
+    read = read if read > 0 else READ_TIMEOUT_S
+    return (min(CONNECT_TIMEOUT_S, read), read)
+
+
 def connect(target: ClusterTarget) -> Kube:
     """Load the kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``) and bind to a namespace.
 
@@ -249,7 +299,13 @@ def connect(target: ClusterTarget) -> Kube:
             if chosen is None:
                 known = ", ".join(c["name"] for c in contexts) or "none"
                 raise ClusterUnreachable(f"no context {target.context!r} in the kubeconfig", hint=f"contexts: {known}")
-        api_client = kube_config.new_client_from_config(context=chosen["name"] if chosen else None)
+        from kubernetes import client as kube_client
+
+        configuration = kube_client.Configuration()
+        kube_config.load_kube_config(context=chosen["name"] if chosen else None, client_configuration=configuration)
+        # Before the client exists: its connection pool reads this once, when it is built.
+        configuration.retries = False
+        api_client = kube_client.ApiClient(configuration)
     except ConfigException as exc:
         raise ClusterUnreachable(
             f"no usable kubeconfig ({exc})",
@@ -257,7 +313,6 @@ def connect(target: ClusterTarget) -> Kube:
         ) from None
     except OSError as exc:
         raise ClusterUnreachable(f"cannot read the kubeconfig: {exc}", hint="set KUBECONFIG to a readable file") from None
-    api_client.configuration.retries = 1
     namespace = target.namespace or ((chosen or {}).get("context") or {}).get("namespace") or "default"
     if not _NAMESPACE.match(namespace):  # it becomes part of every URL path
         raise ConfigError([f"namespace {namespace!r} is not a valid namespace name"], hint="use lower-case letters, digits and '-'")

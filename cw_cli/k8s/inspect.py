@@ -77,8 +77,15 @@ def _pod_gpus(pod_spec: dict[str, Any]) -> int:
     )
 
 
-def job_state(job: dict[str, Any]) -> str:
-    """Plain state of a trainer Job: Succeeded, Failed, Waiting for services, Pending, Running."""
+#: cw releases a Job within seconds of creating it; one still suspended after this long (and not
+#: held by Kueue) was left by a launcher that died half-way.
+STALLED_AFTER_S = 60
+STALLED = "Half-made (launcher stopped)"
+
+
+def job_state(job: dict[str, Any], now: datetime | None = None) -> str:
+    """Plain state of a trainer Job: Succeeded, Failed, Starting, Queued (Kueue), Pending, Running,
+    or Half-made when the launcher that created it stopped before releasing it."""
     status = job.get("status") or {}
     for condition in status.get("conditions") or []:
         if condition.get("status") != "True":
@@ -89,7 +96,11 @@ def job_state(job: dict[str, Any]) -> str:
             return "Failed"
     if job.get("spec", {}).get("suspend"):
         queued = "kueue.x-k8s.io/queue-name" in (job["metadata"].get("labels") or {})
-        return "Queued (Kueue)" if queued else "Waiting for services"
+        if queued:
+            return "Queued (Kueue)"
+        created = _created(job)
+        age = ((now or datetime.now(timezone.utc)) - created).total_seconds() if created else 0
+        return STALLED if age > STALLED_AFTER_S else "Starting"
     if status.get("active"):
         return "Running" if status.get("ready", 0) else "Pending"
     return "Pending"
@@ -182,6 +193,25 @@ def explain_pending(pod: dict[str, Any], kube: Kube, capacity: dict[str, list[tu
     return "starting"
 
 
+def pods_refused(kube: Kube, kind: str, obj: dict[str, Any]) -> str | None:
+    """Why the cluster refuses to create an object's pods (Pod Security, quota, a webhook), or None.
+
+    A Deployment carries it as its ``ReplicaFailure`` condition; a Job only as a ``FailedCreate``
+    event. Either way no pod will ever appear, so waiting longer is pointless.
+    """
+    if kind == "Deployment":
+        for condition in (obj.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "ReplicaFailure" and condition.get("status") == "True":
+                return str(condition.get("message") or condition.get("reason") or "ReplicaFailure")
+        return None
+    try:
+        events = kube.list("Event", field_selector=f"involvedObject.uid={obj['metadata'].get('uid')},reason=FailedCreate")
+    except (Forbidden, NotFound):
+        return None
+    newest = max(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "", default=None)
+    return str(newest.get("message") or "FailedCreate") if newest else None
+
+
 def explain_pods(kube: Kube, selector: str) -> list[str]:
     """One explanation per pod that is not running, for error hints."""
     pods = kube.list("Pod", selector)
@@ -231,11 +261,17 @@ def run_status(kube: Kube, run_name: str) -> RunView:
         view.pods.append(pod_view)
     for job in kube.list("Job", run_selector(run_name)):
         view.queue = queue_summary(kube, job)
+        refused = None if (job.get("status") or {}).get("active") else pods_refused(kube, "Job", job)
+        if refused:
+            view.problems.append(f"the cluster refuses to create the trainer's pods: {refused}")
     has_trainer = any(o.startswith("Job/") for o in view.objects)
     for deployment in kube.list("Deployment", run_selector(run_name)):
         status = deployment.get("status") or {}
         ready = f"{status.get('readyReplicas', 0)}/{deployment['spec'].get('replicas', 1)} ready"
         view.services.append((deployment["metadata"]["name"], f"{ready}; {server_lifetime(deployment, has_trainer)}"))
+        refused = pods_refused(kube, "Deployment", deployment)
+        if refused:
+            view.problems.append(f"the cluster refuses to create the pods of {deployment['metadata']['name']}: {refused}")
     return view
 
 

@@ -1,12 +1,13 @@
-"""Put a plan on the cluster: checks first, owner first, all-or-nothing, then release the trainer."""
+"""Put a plan on the cluster: checks first, owner first, all-or-nothing, created never applied over."""
 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from cw_cli.errors import Conflict, CwError, NotFound, WaitTimeout
+from cw_cli.errors import ClusterUnreachable, Conflict, CwError, Interrupted, NotFound, Rejected, WaitTimeout
 from cw_cli.k8s.connection import Kube
 from cw_cli.render.plan import Plan
 
@@ -112,14 +113,59 @@ def _owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def remove_objects(kube: Kube, objects: list[tuple[str, str]]) -> list[str]:
-    """Delete objects in reverse creation order; return those that could not be deleted."""
+@dataclass(frozen=True)
+class CreatedObject:
+    """An object this launch created: its kind, name and the UID the API server gave it."""
+
+    kind: str
+    name: str
+    uid: str
+
+
+#: Signals that would interrupt a rollback half-way: ignored until it has finished.
+_ROLLBACK_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Ignore Ctrl-C, SIGTERM and SIGHUP for the duration (a second Ctrl-C must not abandon a rollback)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {}
+    for name in _ROLLBACK_SIGNALS:
+        number = getattr(signal, name, None)
+        if number is not None:
+            saved[number] = signal.signal(number, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
+
+
+def remove_objects(kube: Kube, objects: list[CreatedObject]) -> list[str]:
+    """Delete what this launch created, newest first; return ``Kind/name`` of what is left.
+
+    Only objects with the UID this launch got back are deleted: one that another launch created
+    under the same name meanwhile is not touched. Signals are ignored until the rollback ends;
+    once the API server stops answering, the rest is listed instead of waited for.
+    """
     left: list[str] = []
-    for kind, name in reversed(objects):
-        try:
-            kube.delete(kind, name)
-        except CwError:
-            left.append(f"{kind}/{name}")
+    with _signals_deferred():
+        for index, item in enumerate(reversed(objects)):
+            try:
+                kube.delete(item.kind, item.name, uid=item.uid)
+            except Conflict:
+                continue  # the object there now is not ours
+            except ClusterUnreachable:
+                left += [f"{o.kind}/{o.name}" for o in list(reversed(objects))[index:]]
+                break
+            except CwError:
+                left.append(f"{item.kind}/{item.name}")
     return left
 
 
@@ -137,14 +183,24 @@ def wait_for_deployments(
     """Block until every named Deployment is Ready.
 
     Raises:
+        Rejected: The cluster refuses to create a server's pods (it would never become Ready).
         WaitTimeout: Not all Ready within the timeout (the message says which and why).
     """
-    from cw_cli.k8s.inspect import explain_pods, run_selector
+    from cw_cli.k8s.inspect import explain_pods, pods_refused, run_selector
 
     deadline = time.monotonic() + timeout_s
     announced: set[str] = set()
     while True:
-        waiting = [name for name in names if not deployment_ready(kube.get("Deployment", name) or {"metadata": {}})]
+        current = {name: kube.get("Deployment", name) or {"metadata": {}} for name in names}
+        waiting = [name for name in names if not deployment_ready(current[name])]
+        for name in waiting:
+            refused = pods_refused(kube, "Deployment", current[name])
+            if refused:
+                raise Rejected(
+                    f"the cluster refuses to create the pods of {name}: {refused}",
+                    hint="the namespace's policy (Pod Security, quota, an admission webhook) rejects them; "
+                    "see `kubectl get events`, or use another --namespace",
+                )
         for name in names:
             if name not in waiting and name not in announced:
                 progress(f"service {name} is Ready")
@@ -170,10 +226,17 @@ def launch(
 ) -> LaunchResult:
     """Create every object of the plan, or none.
 
-    The first manifest is the owner (the suspended trainer Job, or the ConfigMap with
-    ``--services``); every other object gets an ownerReference to it, so deleting it removes the
-    run. If anything fails, or the user interrupts while cw waits for the services, the objects
-    already created are removed again before the error propagates.
+    The first manifest is the owner (the trainer Job, or the ConfigMap with ``--services``);
+    every other object gets an ownerReference to it, so deleting it removes the run. Objects are
+    created, never applied over: of two launches racing for one run name the API server lets
+    exactly one create the owner, and the other stops with a Conflict having created nothing.
+
+    The Job is created suspended, so no pod starts before the ConfigMap it mounts exists, and
+    released as soon as every object is in place (unless Kueue admits it). From then on the run
+    needs no cw: the trainer's init containers wait in the cluster for the servers. cw still
+    watches the servers become Ready to report progress; if they are not Ready in time, if
+    anything fails, or on Ctrl-C, SIGTERM or SIGHUP, what this launch created is removed before
+    the error propagates (see :func:`remove_objects`).
 
     Args:
         kube: The connected client.
@@ -183,40 +246,52 @@ def launch(
         progress: Called with one line per step, for the CLI to print.
 
     Raises:
+        Interrupted: Ctrl-C or a termination signal; the message says what was removed.
         CwError: The first failure, with what was removed again appended to its hint.
     """
     preflight(kube, plan)
     result = LaunchResult(dry_run=server_dry_run)
-    created: list[tuple[str, str]] = []
+    created: list[CreatedObject] = []
     owner_ref: dict[str, Any] | None = None
     try:
         for manifest in plan.manifests:
             body = _in_namespace(manifest, kube.namespace)
+            kind, name = manifest["kind"], manifest["metadata"]["name"]
+            if owner_ref is None and kind == "Job":
+                body["spec"] = dict(body["spec"], suspend=True)
             if owner_ref is not None:
                 body["metadata"]["ownerReferences"] = [owner_ref]
-            applied = kube.apply(body, dry_run=server_dry_run)
-            kind, name = manifest["kind"], manifest["metadata"]["name"]
+            try:
+                made = kube.create(body, dry_run=server_dry_run)
+            except Conflict:
+                if owner_ref is None:
+                    raise Conflict(
+                        f"run {plan.run_name!r} already exists ({kind} {name} is on the cluster)",
+                        hint=f"choose another --name, or remove it first with `cw delete {plan.run_name}`",
+                    ) from None
+                raise
             result.created.append(f"{kind}/{name}")
             if not server_dry_run:
-                created.append((kind, name))
+                created.append(CreatedObject(kind, name, made["metadata"]["uid"]))
             progress(f"{'validated' if server_dry_run else 'created'} {kind} {name}")
             if owner_ref is None:
-                if not applied.get("metadata", {}).get("uid"):
-                    applied["metadata"]["uid"] = "00000000-0000-0000-0000-000000000000"  # dry run: never persisted
-                owner_ref = _owner_reference(applied)
-        if server_dry_run or plan.trainer_job is None or not plan.managed_suspend:
+                if not made.get("metadata", {}).get("uid"):
+                    made["metadata"]["uid"] = "00000000-0000-0000-0000-000000000000"  # dry run: never persisted
+                owner_ref = _owner_reference(made)
+        if server_dry_run:
             return result
+        if plan.trainer_job is not None and plan.managed_suspend:
+            kube.merge_patch("Job", plan.trainer_job, {"spec": {"suspend": False}})
+            result.released = True
+            progress(f"started Job {plan.trainer_job} (its pods wait in the cluster until the servers answer)")
         if plan.service_deployments:
-            progress(f"waiting for {len(plan.service_deployments)} service(s) to be Ready before starting the trainer")
+            progress(f"waiting for {len(plan.service_deployments)} service(s) to be Ready")
             wait_for_deployments(kube, plan.run_name, plan.service_deployments, services_timeout_s, progress)
-        kube.merge_patch("Job", plan.trainer_job, {"spec": {"suspend": False}})
-        result.released = True
-        progress(f"started Job {plan.trainer_job}")
         return result
     except (CwError, KeyboardInterrupt) as exc:
         left = remove_objects(kube, created) if created else []
-        note = "removed what had been created" if not left else f"could not remove: {', '.join(left)}"
+        note = "removed what it had created" if not left else f"could not remove: {', '.join(left)} (`cw delete {plan.run_name}` removes them)"
         if isinstance(exc, KeyboardInterrupt):
-            raise CwError(f"interrupted; {note}") from None
-        exc.hint = f"{exc.hint}; {note}" if exc.hint else note
+            raise Interrupted(f"interrupted; {note}" if created else "interrupted before anything was created") from None
+        exc.hint = f"{exc.hint}; {note}" if exc.hint and created else (exc.hint or (note if created else None))
         raise

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterator
 
-from cw_cli.errors import NotFound, RunFailed, WaitTimeout
+from cw_cli.errors import NotFound, Rejected, RunFailed, WaitTimeout
 from cw_cli.k8s.connection import Kube
-from cw_cli.k8s.inspect import RUN_KINDS, explain_pending, find_pod, job_state, run_selector
+from cw_cli.k8s.inspect import RUN_KINDS, explain_pending, find_pod, job_state, pods_refused, run_selector
 
 Progress = Callable[[str], None]
 
@@ -74,6 +74,14 @@ def wait_for_run(
                 "",
             )
             raise RunFailed(f"run failed: {reason}".strip(), hint=f"see the logs: cw logs {job_name.removesuffix('-trainer')}")
+        if state in ("Pending", "Starting") and not (job.get("status") or {}).get("active"):
+            refused = pods_refused(kube, "Job", job)
+            if refused:
+                raise Rejected(
+                    f"the cluster refuses to create the pods of {job_name}: {refused}",
+                    hint="the namespace's policy (Pod Security, quota, an admission webhook) rejects them; "
+                    "see `kubectl get events`, or use another --namespace",
+                )
         if deadline and time.monotonic() > deadline:
             raise WaitTimeout(f"{job_name} still {state} after {int(timeout_s or 0)} s")
         time.sleep(poll_s)

@@ -58,6 +58,8 @@ from cw_cli.render.storage import pod_volumes, storage_env
 from cw_cli.render.templates import render_manifest
 
 MANAGED_BY = "cw"
+#: Seconds a run's trainer waits for its servers (and cw for them) unless --timeout says otherwise.
+DEFAULT_SERVICES_TIMEOUT_S = 1800
 RUN_LABEL = "cw-cli.dev/run"
 TYPE_LABEL = "cw-cli.dev/training-type"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -78,6 +80,7 @@ class RunRequest:
         local: The trainer runs on this machine (``--local``), whose folder stands in for the
             checkpoint volume, so no volume choice is needed.
         services_lifetime_s: With ``--services``: seconds after which the servers stop (``--ttl``).
+        services_timeout_s: How long the trainer waits for its servers to answer before it fails.
     """
 
     framework: LoadedFramework
@@ -88,6 +91,7 @@ class RunRequest:
     services_only: bool = False
     local: bool = False
     services_lifetime_s: int | None = None
+    services_timeout_s: int = DEFAULT_SERVICES_TIMEOUT_S
 
 
 @dataclass
@@ -224,17 +228,23 @@ def _multi_node_env(names: dict[str, str], nodes: int) -> list[dict[str, Any]]:
     ]
 
 
-def _wait_container(service: ServiceDef, service_name: str, image: str, pull_policy: str) -> dict[str, Any]:
+def _wait_container(
+    service: ServiceDef, service_name: str, image: str, pull_policy: str, timeout_s: int
+) -> dict[str, Any]:
     # Runs inside the cluster, where the Service name resolves; cw itself only reads object status.
     url = f"http://{service_name}:{service.port}{service.health_path}"
+    # Gives up after the launch's services timeout, so a server that never answers ends the
+    # trainer (and, through the keeper, the servers) instead of holding GPUs forever.
     script = (
         "import sys, time, urllib.request\n"
-        "url = sys.argv[1]\n"
+        "url, deadline = sys.argv[1], time.monotonic() + float(sys.argv[2])\n"
         "while True:\n"
         "    try:\n"
         "        urllib.request.urlopen(url, timeout=5)\n"
         "        break\n"
         "    except Exception as exc:\n"
+        "        if time.monotonic() > deadline:\n"
+        "            sys.exit(f'{url} did not answer within {sys.argv[2]} s: {exc}')\n"
         "        print(f'waiting for {url}: {exc}', flush=True)\n"
         "        time.sleep(5)\n"
     )
@@ -242,7 +252,7 @@ def _wait_container(service: ServiceDef, service_name: str, image: str, pull_pol
         "name": f"wait-{service.role}",
         "image": image,
         "imagePullPolicy": pull_policy,
-        "command": ["python3", "-c", script, url],
+        "command": ["python3", "-c", script, url, str(timeout_s)],
         "resources": HELPER_RESOURCES,
         "securityContext": HELPER_SECURITY,
     }
@@ -492,7 +502,9 @@ def build_plan(request: RunRequest) -> Plan:
                     "trainer": trainer,
                     "spread_affinity": _spread_affinity(labels),
                     "wait_containers": [
-                        _wait_container(service, f"{request.run_name}-{service.role}", image, pull_policy)
+                        _wait_container(
+                            service, f"{request.run_name}-{service.role}", image, pull_policy, request.services_timeout_s
+                        )
                         for service in services
                     ],
                 },

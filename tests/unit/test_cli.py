@@ -61,7 +61,7 @@ def test_dry_run_prints_multi_document_yaml_without_touching_kubeconfig_or_kuber
     trainer = documents[0]["spec"]["template"]["spec"]["containers"][0]
     assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert result.stdout.count("\n---\n") == len(documents) - 1 == 9
-    assert result.stdout.startswith("# cw --dry-run: for reading, not for `kubectl apply`.")
+    assert result.stdout.startswith("# cw --dry-run: the run's objects. `kubectl apply -f` of this output starts the run")
 
 
 def test_dry_run_generates_a_fresh_name_each_time(env):

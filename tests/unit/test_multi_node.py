@@ -20,7 +20,7 @@ def test_two_nodes_make_an_indexed_job_of_two_pods(two_nodes):
     spec = two_nodes.manifests[0]["spec"]
     assert spec["completionMode"] == "Indexed"
     assert spec["completions"] == 2 and spec["parallelism"] == 2
-    assert spec["suspend"] is True
+    assert spec["suspend"] is False  # printed runnable; the launcher creates it suspended
 
 
 def test_two_nodes_add_a_headless_service_selecting_the_trainer_pods(two_nodes):

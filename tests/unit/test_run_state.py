@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 def test_job_state_reads_conditions_suspension_and_queue():
+    from datetime import datetime, timezone
+
     from cw_cli.k8s.inspect import job_state
 
     def job(spec=None, status=None, labels=None):
@@ -11,7 +13,12 @@ def test_job_state_reads_conditions_suspension_and_queue():
 
     assert job_state(job(status={"conditions": [{"type": "Complete", "status": "True"}]})) == "Succeeded"
     assert job_state(job(status={"conditions": [{"type": "Failed", "status": "True"}]})) == "Failed"
-    assert job_state(job(spec={"suspend": True})) == "Waiting for services"
+    fresh = {"creationTimestamp": "2026-01-01T00:00:00Z"}
+    soon, later = datetime(2026, 1, 1, 0, 0, 5, tzinfo=timezone.utc), datetime(2026, 1, 1, 0, 5, tzinfo=timezone.utc)
+    suspended = dict(job(spec={"suspend": True}), metadata={"labels": {}, **fresh})
+    assert job_state(suspended, now=soon) == "Starting"
+    # cw releases its Job within seconds: still suspended minutes later, its launcher died half-way.
+    assert job_state(suspended, now=later) == "Half-made (launcher stopped)"
     assert job_state(job(spec={"suspend": True}, labels={"kueue.x-k8s.io/queue-name": "q"})) == "Queued (Kueue)"
     assert job_state(job(status={"active": 1, "ready": 1})) == "Running"
     assert job_state(job(status={"active": 1})) == "Pending"
