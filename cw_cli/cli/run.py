@@ -156,12 +156,13 @@ def _apply(
         if result.dry_run:
             console.print(f"[green]the API server accepted all {len(result.created)} objects; nothing was created[/]")
             return
-        if plan.trainer_job and not result.released:
-            console.print("the Job waits for Kueue to admit it")
-        console.print(f"next: cw status {plan.run_name}   cw logs {plan.run_name} -f   cw delete {plan.run_name}")
-        if not wait:
-            return
+        # From here on the run is whole and needs no cw: an interrupt stops only the watching.
         try:
+            if plan.trainer_job and not result.released:
+                console.print("the Job waits for Kueue to admit it")
+            console.print(f"next: cw status {plan.run_name}   cw logs {plan.run_name} -f   cw delete {plan.run_name}")
+            if not wait:
+                return
             if services_only:
                 wait_for_deployments(kube, plan.run_name, plan.service_deployments, timeout or 1800, progress)
                 console.print("[green]services are Ready[/]")

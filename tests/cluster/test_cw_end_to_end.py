@@ -114,19 +114,26 @@ def test_services_flag_creates_only_the_services_and_they_become_ready(kube_api,
     assert server.command[:2] == ["vllm", "serve"]
 
 
-def test_multi_service_trainer_starts_only_after_its_services_are_ready(kube_api, namespace, cw_env, tmp_path):
+def test_multi_service_trainer_waits_in_the_cluster_for_its_services(kube_api, namespace, cw_env, tmp_path):
     config = write_config(tmp_path, GRPO_CONFIG)
-    result = run_cw(cw_env, "trl", "grpo", str(config), "--name", "grpo-full", "-n", namespace, "--wait", timeout=180)
+    result = run_cw(
+        cw_env, "trl", "grpo", str(config), "--name", "grpo-full", "-n", namespace, "--wait", "--timeout", "900", timeout=180
+    )
     assert result.returncode == 0, result.stderr
     apps, batch = client.AppsV1Api(kube_api), client.BatchV1Api(kube_api)
     job = batch.read_namespaced_job("grpo-full-trainer", namespace)
     assert job.status.succeeded == 1
+    # The trainer needs no cw to wait: one init container per server polls the server's Service
+    # until it answers, and gives up at the launch's --timeout (KWOK runs no container, so the
+    # wait itself is run in tests/unit/test_launch_safety.py).
+    waits = {c.name: c.command for c in job.spec.template.spec.init_containers}
+    assert waits["wait-server"][-2:] == ["http://grpo-full-server:8000/health", "900"]
+    assert waits["wait-reward"][-2] == "http://grpo-full-reward:8001/health"
     for name in ("grpo-full-server", "grpo-full-reward"):
         deployment = apps.read_namespaced_deployment(name, namespace)
-        available = next(c for c in deployment.status.conditions if c.type == "Available" and c.status == "True")
-        assert available.last_transition_time <= job.status.start_time, f"{name} became Ready after the trainer started"
+        assert any(c.type == "Available" and c.status == "True" for c in deployment.status.conditions)
     stderr = result.stderr
-    assert stderr.index("is Ready") < stderr.index("started Job grpo-full-trainer")
+    assert stderr.index("started Job grpo-full-trainer") < stderr.index("is Ready")
     # --wait stopped the servers once the trainer finished, freeing their GPUs.
     replicas = [apps.read_namespaced_deployment(f"grpo-full-{r}", namespace).spec.replicas for r in ("server", "reward")]
     assert replicas == [0, 0] and "stopped grpo-full-" in stderr
@@ -225,16 +232,55 @@ def test_a_forbidden_namespace_gives_the_documented_error_and_creates_nothing(ku
     assert run_objects(kube_api, namespace, "forbidden") == []
 
 
-def test_a_manifest_the_api_server_rejects_rolls_back_what_was_created(kube_api, namespace, cw_env, tmp_path):
-    # A ConfigMap key with a space is refused by the API server after the Job was already created
-    # (cw checks the 1 MiB limit itself, so size no longer reaches the server).
-    (tmp_path / "my rewards.py").write_text("def reward(**kw):\n    return [0.0]\n")
-    config = write_config(tmp_path, {**SFT_CONFIG, "files": ["my rewards.py"]})
-    result = run_cw(cw_env, "trl", "sft", str(config), "--name", "too-large", "-n", namespace)
+def reject_config_maps_containing(api: client.ApiClient, namespace: str, marker: str, wait_for) -> None:
+    """A ValidatingAdmissionPolicy (CEL, enforced by the API server itself) that refuses ConfigMaps
+    whose data contains ``marker``, in ``namespace`` only: a rejection cw cannot foresee."""
+    admission = client.AdmissionregistrationV1Api(api)
+    name = f"cw-test-reject-{namespace}"
+    admission.create_validating_admission_policy({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}]},
+            "validations": [{
+                "expression": f"!has(object.data) || !object.data.exists(k, object.data[k].contains('{marker}'))",
+                "message": "cw test: this ConfigMap is refused",
+            }],
+        },
+    })  # fmt: skip
+    admission.create_validating_admission_policy_binding({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name, "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+        },
+    })  # fmt: skip
+    core = client.CoreV1Api(api)
+
+    def refused() -> bool:
+        try:
+            core.create_namespaced_config_map(namespace, {"metadata": {"name": "probe"}, "data": {"x": marker}})
+        except client.ApiException as exc:
+            return exc.status in (400, 403, 422)
+        core.delete_namespaced_config_map("probe", namespace)
+        return False
+
+    wait_for(refused, 30, 0.5, what="the admission policy to be enforced")
+
+
+def test_a_manifest_the_api_server_rejects_rolls_back_what_was_created(kube_api, namespace, cw_env, tmp_path, wait_for):
+    # The ConfigMap is refused by the API server after the Job was already created.
+    marker = "cw-test-refuse-this-config"
+    reject_config_maps_containing(kube_api, namespace, marker, wait_for)
+    config = write_config(tmp_path, {**SFT_CONFIG, "dataset_text_field": marker})
+    result = run_cw(cw_env, "trl", "sft", str(config), "--name", "refused-cm", "-n", namespace)
     assert result.returncode == 6, result.stderr
-    assert "rejected by the API server" in result.stderr and "removed what had been created" in result.stderr
+    assert "rejected by the API server" in result.stderr and "removed what it had created" in result.stderr
     time.sleep(1)
-    assert run_objects(kube_api, namespace, "too-large") == []
+    assert run_objects(kube_api, namespace, "refused-cm") == []
 
 
 def test_server_dry_run_is_validated_by_the_server_and_creates_nothing(kube_api, namespace, cw_env, tmp_path):

@@ -58,6 +58,7 @@ def plan_for(
     services_only: bool = False,
     namespace: str | None = None,
     services_lifetime_s: int | None = None,
+    services_timeout_s: int | None = None,
     **flags: Any,
 ):
     """Load, validate and render a run, as ``cw <framework> <type> PATH --dry-run`` does."""
@@ -75,6 +76,7 @@ def plan_for(
             services_only=services_only,
             # --services needs a lifetime; tests about something else get one day
             services_lifetime_s=services_lifetime_s or (86400 if services_only else None),
+            **({"services_timeout_s": services_timeout_s} if services_timeout_s else {}),
         )
     )
 
