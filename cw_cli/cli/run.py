@@ -60,6 +60,12 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
         local: Annotated[
             bool, typer.Option("--local", help="Run the trainer's command here as a local process (debugging).")
         ] = False,
+        resume: Annotated[
+            bool,
+            typer.Option(
+                "--resume", help="Continue the checkpoints in the run's folder even though the config changed."
+            ),
+        ] = False,
     ) -> None:
         from cw_cli.config.loader import FlagOverrides, load_run_config
         from cw_cli.config.quantity import parse_duration
@@ -89,6 +95,7 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
                 local=local,
                 services_lifetime_s=parse_duration(ttl, "--ttl") if ttl else None,
                 services_timeout_s=int(math.ceil(timeout)) if timeout else DEFAULT_SERVICES_TIMEOUT_S,
+                resume_changed_config=resume,
             )
         )
         _print_notices(plan.notices)

@@ -6,6 +6,7 @@ cluster, no kubeconfig, no printing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from cw_cli.frameworks.launch import MASTER_ADDR_ENV, MASTER_PORT, MASTER_PORT_E
 from cw_cli.frameworks.registry import LoadedFramework
 from cw_cli.frameworks.runtime_files import (
     IDENTITY_ENV,
+    RESUME_CHANGED_ENV,
     KEEPER_FILE,
     LAUNCHER_FILE,
     PIP_FILE,
@@ -81,6 +83,8 @@ class RunRequest:
             checkpoint volume, so no volume choice is needed.
         services_lifetime_s: With ``--services``: seconds after which the servers stop (``--ttl``).
         services_timeout_s: How long the trainer waits for its servers to answer before it fails.
+        resume_changed_config: ``--resume``: continue the checkpoints in the run's folder even
+            if they were written under another config.
     """
 
     framework: LoadedFramework
@@ -92,6 +96,7 @@ class RunRequest:
     local: bool = False
     services_lifetime_s: int | None = None
     services_timeout_s: int = DEFAULT_SERVICES_TIMEOUT_S
+    resume_changed_config: bool = False
 
 
 @dataclass
@@ -459,10 +464,19 @@ def build_plan(request: RunRequest) -> Plan:
             "type": request.training_type.value,
             # As the user wrote it: a shipped path is rewritten, the model it names is the same.
             "model": str(request.config.native.get(framework.model_key, "")),
+            # What the pods are given; cw_launch refuses to resume under another one without --resume.
+            "config": hashlib.sha256(config_text.encode("utf-8")).hexdigest()[:16],
         }
+        resume_env = {RESUME_CHANGED_ENV: "1"} if request.resume_changed_config else {}
         fabric = RDMA_ENV if cluster.rdma else {}  # before base_env: the run's own `env` wins
         trainer_env = _env(
-            {**fabric, **base_env, **framework.trainer_env(context), IDENTITY_ENV: json.dumps(identity, sort_keys=True)},
+            {
+                **fabric,
+                **base_env,
+                **framework.trainer_env(context),
+                IDENTITY_ENV: json.dumps(identity, sort_keys=True),
+                **resume_env,
+            },
             secret_refs,
         )
         if cluster.nodes > 1:

@@ -43,38 +43,56 @@ IDENTITY_ENV = "CW_RUN_IDENTITY"
 FOREIGN_FOLDER_EXIT = 3
 
 
-def claim_folder(folder: str | os.PathLike, identity_json: str | None) -> str:
+#: Set (to 1) by ``cw ... --resume``: continue a folder's checkpoints although the config changed.
+RESUME_CHANGED_ENV = "CW_RESUME_CHANGED_CONFIG"
+
+
+def claim_folder(folder: str | os.PathLike, identity_json: str | None, resume_changed: bool = False) -> str:
     """Record which run owns ``folder``, or stop if another run's checkpoints are there.
+
+    A folder belongs to one framework, training type and model for good. Its config (a hash of
+    the mounted file) may change only when the user asked for it (``--resume``): resuming a
+    run's optimizer state under a different config is a decision, not an accident.
 
     Returns:
         A one-line note for the log.
 
     Raises:
-        SystemExit: The folder belongs to a run with another framework, type or model.
+        SystemExit: The folder belongs to a run with another framework, type or model, or to
+            another config without ``resume_changed``.
     """
     if not identity_json:
         return "no run identity given"
     identity = json.loads(identity_json)
     marker = Path(folder) / MARKER
+    where = Path(folder).resolve()
     try:
         owner = json.loads(marker.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         owner = None
     if isinstance(owner, dict):
-        differs = {k: (owner.get(k), v) for k, v in identity.items() if k != "run" and owner.get(k) != v}
+        # A key the marker lacks (written by an older cw) is no evidence of another run.
+        differs = {k: (owner[k], v) for k, v in identity.items() if k not in ("run", "config") and k in owner and owner[k] != v}
         if differs:
             listed = ", ".join(f"{k}: {old!r} there, {new!r} now" for k, (old, new) in sorted(differs.items()))
-            print(
-                f"{_PREFIX} {Path(folder).resolve()} holds the outputs of another run ({listed}); refusing to resume "
-                "from or overwrite them. Launch with another --name, or delete that folder to reuse the name.",
-                file=sys.stderr,
-                flush=True,
-            )
-            raise SystemExit(FOREIGN_FOLDER_EXIT)
-        return f"{Path(folder).resolve()} belongs to this run"
+            _stop(f"{where} holds the outputs of another run ({listed}); refusing to resume from or overwrite them. "
+                  "Launch with another --name, or delete that folder to reuse the name.")  # fmt: skip
+        before, now = owner.get("config"), identity.get("config")
+        if before and now and before != now:
+            if not resume_changed:
+                _stop(f"{where} holds checkpoints of this run name trained with another config ({before} there, {now} "
+                      "now). Relaunch with --resume to continue from them with the new config, or use another --name.")  # fmt: skip
+            marker.write_text(json.dumps(identity, sort_keys=True) + "\n", encoding="utf-8")
+            return f"{where}: continuing with a changed config ({before} -> {now}), as --resume asked"
+        return f"{where} belongs to this run"
     Path(folder).mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps(identity, sort_keys=True) + "\n", encoding="utf-8")
-    return f"claimed {Path(folder).resolve()} for this run"
+    return f"claimed {where} for this run"
+
+
+def _stop(message: str) -> None:
+    print(f"{_PREFIX} {message}", file=sys.stderr, flush=True)
+    raise SystemExit(FOREIGN_FOLDER_EXIT)
 
 
 def _flag_value(argv: list[str], flag: str) -> str | None:
@@ -171,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         options.add(option)
     dry_run = "--dry-run" in options
     if not dry_run:
-        print(f"{_PREFIX} {claim_folder(os.getcwd(), os.environ.get(IDENTITY_ENV))}", file=sys.stderr, flush=True)
+        resume_changed = os.environ.get(RESUME_CHANGED_ENV, "") not in ("", "0")
+        note = claim_folder(os.getcwd(), os.environ.get(IDENTITY_ENV), resume_changed)
+        print(f"{_PREFIX} {note}", file=sys.stderr, flush=True)
         for setup in setups:
             print(f"{_PREFIX} setup: {' '.join(setup)}", file=sys.stderr, flush=True)
             code = subprocess.call(setup)

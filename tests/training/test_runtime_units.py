@@ -100,6 +100,51 @@ def test_cw_launch_claims_the_run_folder_and_refuses_another_runs(tmp_path, capf
     assert json.loads((tmp_path / "run" / ".cw-run.json").read_text())["model"] == "org/a"
 
 
+def test_cw_launch_resumes_under_a_changed_config_only_when_asked(tmp_path, capfd):
+    launch = _load("cw_launch")
+    first = json.dumps({"framework": "trl", "type": "sft", "model": "org/a", "config": "aaaa"})
+    changed = json.dumps({"framework": "trl", "type": "sft", "model": "org/a", "config": "bbbb"})
+    launch.claim_folder(tmp_path / "run", first)
+    with pytest.raises(SystemExit) as stop:
+        launch.claim_folder(tmp_path / "run", changed)
+    assert stop.value.code == 3
+    err = capfd.readouterr().err
+    assert "another config (aaaa there, bbbb now)" in err and "Relaunch with --resume" in err
+    assert "continuing with a changed config" in launch.claim_folder(tmp_path / "run", changed, resume_changed=True)
+    assert "belongs to this run" in launch.claim_folder(tmp_path / "run", changed)  # the folder now follows it
+    # A marker from before config hashes existed is no evidence of another run.
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / ".cw-run.json").write_text(json.dumps({"framework": "trl", "type": "sft", "model": "org/a"}))
+    assert "belongs to this run" in launch.claim_folder(tmp_path / "old", first)
+
+
+def test_the_rendered_trainer_carries_its_config_hash_and_resume_choice(tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    from training_helpers import REPO
+
+    config = REPO / "configs" / "local-sft.yaml"
+
+    def trainer_env(*extra: str, lr: str = "2e-5") -> dict[str, str]:
+        argv = ["trl", "sft", str(config), "--name", "r", "--dry-run", "--set", f"learning_rate={lr}", *extra]
+        result = subprocess.run([sys.executable, "-m", "cw_cli", *argv], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        job = next(d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Job")
+        return {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    same, changed = json.loads(trainer_env()[launch_identity()]), json.loads(trainer_env(lr="3e-5")[launch_identity()])
+    assert same["config"] == json.loads(trainer_env()[launch_identity()])["config"] != changed["config"]
+    assert "CW_RESUME_CHANGED_CONFIG" not in trainer_env()
+    assert trainer_env("--resume")["CW_RESUME_CHANGED_CONFIG"] == "1"
+
+
+def launch_identity() -> str:
+    return _load("cw_launch").IDENTITY_ENV
+
+
 def test_cw_launch_runs_setup_steps_first_and_stops_on_their_failure(tmp_path, monkeypatch):
     launch = _load("cw_launch")
     monkeypatch.chdir(tmp_path)
