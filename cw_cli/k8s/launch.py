@@ -284,7 +284,8 @@ def launch(
             kube.merge_patch("Job", plan.trainer_job, {"spec": {"suspend": False}})
             result.released = True
             progress(f"started Job {plan.trainer_job} (its pods wait in the cluster until the servers answer)")
-        if plan.service_deployments:
+        # Under Kueue the run may wait in its queue for hours: cw does not wait with it.
+        if plan.service_deployments and (plan.managed_suspend or plan.trainer_job is None):
             progress(f"waiting for {len(plan.service_deployments)} service(s) to be Ready")
             wait_for_deployments(kube, plan.run_name, plan.service_deployments, services_timeout_s, progress)
         return result
