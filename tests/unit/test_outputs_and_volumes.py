@@ -86,7 +86,9 @@ def test_the_trainer_carries_its_run_identity_for_the_launcher(tmp_path):
     plan = plan_for("axolotl", "sft", write_config(tmp_path, {"base_model": "org/m", "datasets": [{"path": "p"}]}))
     trainer = container(plan.manifests[0], "trainer")
     identity = json.loads(env_map(trainer)["CW_RUN_IDENTITY"])
+    config_hash = identity.pop("config")
     assert identity == {"framework": "axolotl", "type": "sft", "model": "org/m"}
+    assert len(config_hash) == 16 and int(config_hash, 16) >= 0  # a hash of the mounted config
     assert trainer["command"][:4] == ["python3", "/etc/cw/cw_launch.py", "--no-resume", "--"]
 
 
