@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cw_cli.config.models import CLUSTER_FIELDS, ClusterSpec
-from cw_cli.config.yaml_source import YamlSource, load_config_file, parse_scalar
+from cw_cli.config.models import CLUSTER_FIELDS, ClusterSpec, image_problem
+from cw_cli.config.yaml_source import MAX_DEPTH, YamlSource, load_config_file, parse_scalar
 from cw_cli.errors import ConfigError
 from cw_cli.frameworks.base import BaseTrainingFramework, TrainingType
 
@@ -57,7 +57,8 @@ def parse_set(assignment: str) -> tuple[list[str], Any]:
     """Split a ``--set key.sub=value`` into a key path and a YAML-typed value.
 
     Raises:
-        ConfigError: No ``=`` or an empty key.
+        ConfigError: No ``=``, an empty key, a key nested too deep, or a value a config may not
+            hold (see :func:`~cw_cli.config.yaml_source.parse_scalar`).
     """
     key, sep, raw = assignment.partition("=")
     parts = key.strip().split(".")
@@ -65,7 +66,13 @@ def parse_set(assignment: str) -> tuple[list[str], Any]:
         raise ConfigError(
             [f"--set {assignment!r}: expected key=value"], hint="e.g. --set learning_rate=1e-5 or --set trl.beta=0.1"
         )
-    return parts, parse_scalar(raw)
+    shown = assignment if len(assignment) <= 80 else assignment[:80] + "..."
+    if len(parts) > MAX_DEPTH:  # same bound as a file's nesting
+        raise ConfigError([f"--set {shown!r}: the key is nested more than {MAX_DEPTH} levels deep"])
+    try:
+        return parts, parse_scalar(raw)
+    except ValueError as exc:
+        raise ConfigError([f"--set {shown!r}: {exc}"], hint="quote the value to pass it as a string") from None
 
 
 def _assign(data: dict[str, Any], parts: list[str], value: Any, assignment: str) -> None:
@@ -157,6 +164,8 @@ def load_run_config(
         if close and key not in claimed and str(key) not in framework.known_native_keys():
             issues.append(f"{_origin((key,), source, origins)}: `{key}`: unknown field; did you mean `{close[0]}`?")
 
+    for key_path, problem in _image_problems(cluster_part):  # before the flags: only what the config writes
+        issues.append(f"{_origin(key_path, source, origins)}: `{'.'.join(key_path)}`: {problem}")
     for name, value in (flags or FlagOverrides()).given().items():
         cluster_part[name] = value
         origins[name] = f"--{name}"
@@ -188,6 +197,19 @@ def load_run_config(
     if issues or cluster is None:
         raise ConfigError(issues, hint="fix the fields above (run `cw schema` for the full reference)")
     return RunConfig(path=path, cluster=cluster, native=native, notices=notices)
+
+
+def _image_problems(cluster_part: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
+    """(key path, problem) for each ``image:`` the config itself writes (trainer and services)."""
+    found: list[tuple[tuple[str, ...], Any]] = [(("image",), cluster_part.get("image"))]
+    services = cluster_part.get("services")
+    if isinstance(services, dict):
+        found += [
+            (("services", str(role), "image"), spec.get("image"))
+            for role, spec in services.items()
+            if isinstance(spec, dict)
+        ]
+    return [(key_path, problem) for key_path, value in found if (problem := image_problem(value))]
 
 
 def _size_from_native(

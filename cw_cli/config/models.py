@@ -12,19 +12,67 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.functional_validators import BeforeValidator
 
-from cw_cli.config.quantity import normalize_quantity
+from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
-def _quantity(value: object) -> str:
+def _quantity(value: object, minimum: float = 0.0, what: str = "") -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError("must be a Kubernetes quantity such as 32, 500m or 64Gi")
-    return normalize_quantity(value)
+    return normalize_quantity(value, minimum, what)
 
 
 Quantity = Annotated[str, BeforeValidator(_quantity)]
+CpuQuantity = Annotated[str, BeforeValidator(lambda value: _quantity(value, MIN_CPU, "cpu"))]
+MemoryQuantity = Annotated[str, BeforeValidator(lambda value: _quantity(value, MIN_MEMORY, "memory"))]
+
+
+def _not_bool(value: object) -> object:
+    # pydantic reads `true` as 1 for a number field; `gpu: true` is a mistake, not one GPU.
+    # (A model validator rather than an annotated type: the JSON Schema keeps minimum/maximum.)
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number, not {str(value).lower()}")
+    return value
+
+
+def image_problem(value: object) -> str | None:
+    """Why an ``image:`` value written in a config is no image reference (None when it may be one).
+
+    An image reference has no whitespace at all: a stray newline or space is a copy-paste accident
+    the kubelet would only report as a failed pull once the pod is scheduled. The ``--image`` flag
+    is taken as typed (it stays one value in the manifests, whatever it holds).
+    """
+    if isinstance(value, str) and (not value or any(ch.isspace() or not ch.isprintable() for ch in value)):
+        shown = value if len(value) <= 60 else value[:60] + "..."
+        return (
+            f"{shown!r} is not an image reference such as ghcr.io/org/trainer:1.0 (no spaces, tabs, newlines or "
+            "control characters)"
+        )
+    return None
+
+
+#: What the API server accepts as a ConfigMap key (and so as a shipped file's name).
+_CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+
+
+def _shipped_name(entry: object) -> object:
+    if not isinstance(entry, str):
+        return entry
+    import posixpath
+
+    name = posixpath.basename(entry.rstrip("/"))
+    if not _CONFIGMAP_KEY.match(name) or name in (".", "..") or name.startswith(".."):
+        shown = entry if len(entry) <= 60 else entry[:60] + "..."
+        raise ValueError(
+            f"{shown!r}: the file is shipped under its name, which must be a valid ConfigMap key (letters, digits, "
+            "'-', '_' and '.', not '.' or '..'); rename the file, e.g. my_reward.py"
+        )
+    return entry
+
+
+ShippedName = Annotated[str, BeforeValidator(_shipped_name)]
 
 
 def _dns_name(value: str) -> str:
@@ -79,6 +127,8 @@ class Toleration(StrictModel):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = Field(default=None, alias="tolerationSeconds")
 
+    _numbers_not_bools = field_validator("toleration_seconds", mode="before")(_not_bool)
+
 
 #: Mount paths cw owns in every pod; a user volume may not take them.
 RESERVED_MOUNTS = ("/etc/cw", "/checkpoints", "/dev/shm", "/hf-cache")
@@ -113,8 +163,8 @@ class ServiceResources(StrictModel):
     """Resources and settings of one service of a multi-service run (generation or reward server)."""
 
     gpu: int | None = Field(default=None, ge=0, le=64, description="GPUs for each replica of this service.")
-    cpu: Quantity | None = Field(default=None, description="CPU request and limit, e.g. '16'.")
-    memory: Quantity | None = Field(default=None, description="Memory request and limit, e.g. '128Gi'.")
+    cpu: CpuQuantity | None = Field(default=None, description="CPU request and limit, e.g. '16'.")
+    memory: MemoryQuantity | None = Field(default=None, description="Memory request and limit, e.g. '128Gi'.")
     image: str | None = Field(default=None, description="Container image of this service.")
     model: str | None = Field(
         default=None, description="Model served (reward: the sequence-classification model; required to enable it)."
@@ -123,14 +173,16 @@ class ServiceResources(StrictModel):
     port: int | None = Field(default=None, ge=1024, le=65535, description="Port the service listens on.")
     args: list[str] = Field(default_factory=list, description="Extra command-line arguments for the server.")
 
+    _numbers_not_bools = field_validator("gpu", "tensor_parallel_size", "port", mode="before")(_not_bool)
+
 
 class ClusterSpec(StrictModel):
     """cw's own fields of a config file: where and how the run is placed on the cluster."""
 
     image: str | None = Field(default=None, description="Trainer image; each framework has a pinned default.")
     gpu: int | None = Field(default=None, ge=0, le=64, description="GPUs per node for the trainer.")
-    cpu: Quantity | None = Field(default=None, description="CPU request and limit of each trainer pod.")
-    memory: Quantity | None = Field(default=None, description="Memory request and limit of each trainer pod.")
+    cpu: CpuQuantity | None = Field(default=None, description="CPU request and limit of each trainer pod.")
+    memory: MemoryQuantity | None = Field(default=None, description="Memory request and limit of each trainer pod.")
     nodes: int = Field(default=1, ge=1, le=512, description="Trainer nodes (pods, one per node).")
     env: dict[str, str | int | float | bool] = Field(
         default_factory=dict, description="Extra environment variables for every container of the run."
@@ -171,11 +223,11 @@ class ClusterSpec(StrictModel):
         default=72, gt=0, le=24 * 365, description="Hours a finished Job (with status and logs) is kept."
     )
     backoff_limit: int = Field(default=2, ge=0, le=100, description="Retries of a failed trainer pod.")
-    shm_size: Quantity | None = Field(
+    shm_size: MemoryQuantity | None = Field(
         default=None, description="Size of /dev/shm (NCCL needs a large one); default: half the memory, at most 64Gi."
     )
     pull: bool = Field(default=False, description="Always pull the image (imagePullPolicy: Always).")
-    files: list[str] = Field(
+    files: list[ShippedName] = Field(
         default_factory=list,
         description="Files (paths relative to the config) shipped in the ConfigMap to /etc/cw/<name>, e.g. reward "
         "functions (importable there) or templates; 1 MiB in all.",
@@ -188,6 +240,8 @@ class ClusterSpec(StrictModel):
     services: dict[Literal["server", "reward"], ServiceResources] = Field(
         default_factory=dict, description="Per-service settings of multi-service types: server, reward."
     )
+
+    _numbers_not_bools = field_validator("gpu", "nodes", "ttl_hours", "backoff_limit", mode="before")(_not_bool)
 
     @field_validator("env")
     @classmethod
@@ -209,6 +263,17 @@ class ClusterSpec(StrictModel):
                 f"{nodes} nodes with gpu: 0 would start {nodes} CPU-only trainers; multi-node training needs gpu >= 1"
             )
         return nodes
+
+    @field_validator("files")
+    @classmethod
+    def _distinct_names(cls, files: list[str]) -> list[str]:
+        import posixpath
+
+        names = [posixpath.basename(entry.rstrip("/")) for entry in files]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:  # one ConfigMap key each: the second would silently replace the first
+            raise ValueError(f"two files are named {twice[0]!r}; each lands at /etc/cw/<name>, so rename one")
+        return files
 
     @field_validator("volumes")
     @classmethod

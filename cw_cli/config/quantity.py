@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import math
 import re
 
-_QUANTITY = re.compile(r"^(?P<number>\d+(\.\d+)?|\.\d+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE]\d+)?$")
+_QUANTITY = re.compile(
+    r"^(?P<number>\d+(\.\d+)?|\.\d+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE](?P<exponent>\d+))?$"
+)
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"m": 1e-3, "": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+#: Longer than any real quantity; bounds the work (and the error message) for hostile values.
+_MAX_LENGTH = 40
+#: ``1e18`` is the largest decimal suffix (E); a bigger exponent is no real quantity, and
+#: ``10 ** int(exponent)`` on a huge one would run for minutes.
+_MAX_EXPONENT = 18
+#: Kubernetes keeps a quantity in an int64; nothing real comes near it.
+MAX_QUANTITY = float(2**63 - 1)
+#: The smallest CPU Kubernetes accepts (precision finer than 1m is refused).
+MIN_CPU = 1e-3
+#: Less memory than this cannot start a process; ``1m`` (a thousandth of a byte) is a typo for ``1Mi``.
+MIN_MEMORY = float(2**20)
 
 
 def parse_quantity(value: str | int | float) -> float:
@@ -20,29 +34,53 @@ def parse_quantity(value: str | int | float) -> float:
         The value in base units (bytes, cores).
 
     Raises:
-        ValueError: The value is not a positive Kubernetes quantity.
+        ValueError: The value is not a positive Kubernetes quantity, or is beyond what
+            Kubernetes holds (an exponent over 18, more than 2**63).
     """
     text = str(value).strip()
-    match = _QUANTITY.match(text)
+    shown = text if len(text) <= _MAX_LENGTH else text[:_MAX_LENGTH] + "..."
+    match = _QUANTITY.match(text) if len(text) <= _MAX_LENGTH else None
     if not match:
-        raise ValueError(f"{value!r} is not a Kubernetes quantity (examples: 32, 500m, 64Gi, 1Ti)")
+        raise ValueError(f"{shown!r} is not a Kubernetes quantity (examples: 32, 500m, 64Gi, 1Ti)")
     number = float(match["number"])
     suffix = match["suffix"] or ""
-    if suffix in _BINARY:
+    if match["exponent"] is not None:
+        exponent = int(match["exponent"])  # at most _MAX_LENGTH digits: cheap
+        if exponent > _MAX_EXPONENT:
+            raise ValueError(f"{shown!r}: the exponent is over {_MAX_EXPONENT}; no resource is that large")
+        result = number * 10.0**exponent
+    elif suffix in _BINARY:
         result = number * _BINARY[suffix]
-    elif suffix[:1] in ("e", "E"):
-        result = number * 10 ** int(suffix[1:])
     else:
         result = number * _DECIMAL[suffix]
     if result <= 0:
-        raise ValueError(f"{value!r} must be greater than zero")
+        raise ValueError(f"{shown!r} must be greater than zero")
+    if not math.isfinite(result) or result > MAX_QUANTITY:
+        raise ValueError(f"{shown!r} is larger than Kubernetes can hold (2^63)")
     return result
 
 
-def normalize_quantity(value: str | int | float) -> str:
-    """Validate a quantity and return it as the string Kubernetes expects."""
-    parse_quantity(value)
-    return str(value).strip()
+def normalize_quantity(value: str | int | float, minimum: float = 0.0, what: str = "") -> str:
+    """Validate a quantity and return it as the string Kubernetes expects.
+
+    Args:
+        value: The quantity as the user wrote it.
+        minimum: The smallest sensible value in base units (:data:`MIN_CPU`, :data:`MIN_MEMORY`).
+        what: ``"cpu"`` or ``"memory"``, to explain a value under ``minimum``.
+
+    Raises:
+        ValueError: Not a quantity, or below ``minimum``.
+    """
+    amount = parse_quantity(value)
+    text = str(value).strip()
+    if amount < minimum:
+        if what == "memory":
+            typo = " (`m` means a thousandth; mebibytes are `Mi`)" if text.endswith("m") else ""
+            raise ValueError(
+                f"{text!r} is {amount:g} bytes{typo}; memory below 1Mi makes no sense, e.g. write 512Mi or 64Gi"
+            )
+        raise ValueError(f"{text!r} is below {minimum:g}, the smallest {what or 'amount'} Kubernetes accepts (1m)")
+    return text
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")

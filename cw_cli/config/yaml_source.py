@@ -1,21 +1,126 @@
-"""Load a YAML config while remembering the line of every key, for error messages."""
+"""Load a YAML config while remembering the line of every key, for error messages.
+
+A config is read as untrusted input: its size, nesting, aliases, key types and tags are bounded
+here, so a hostile file ends with a :class:`ConfigError` rather than a traceback, a hang or all
+the memory.
+"""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.resolver import Resolver
 
 from cw_cli.errors import ConfigError
 
 KeyPath = tuple[str | int, ...]
 
+#: Largest config file read. A real one is a few KB, and its mounted copy must fit the run's
+#: ConfigMap (1 MiB in all), so a larger file could never launch.
+MAX_CONFIG_BYTES = 1024 * 1024
+#: Deepest nesting of mappings and lists (real configs: under 10; Python's recursion limit: ~1000).
+MAX_DEPTH = 64
+#: Alias uses (``*name``) in one document; a real config has a handful.
+MAX_ALIASES = 1000
+#: Values in a document once every alias is expanded: the "billion laughs" guard.
+MAX_NODES = 100_000
 
-class ConfigLoader(yaml.SafeLoader):
-    """A safe loader that reads ``1e-5`` as a float (YAML 1.2), as ML configs expect."""
+_TAG = "tag:yaml.org,2002:"
+#: Value types a config may hold: what JSON, TOML and the frameworks' own YAML readers share.
+_PLAIN_TAGS = frozenset(_TAG + name for name in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp"))
+#: Mapping keys a config may use: strings, merge keys (``<<``), and integers, which Axolotl's
+#: ``max_memory: {0: 20GiB}`` (a device index) needs. A ``yes:``, ``null:`` or ``1.5:`` key is a mistake.
+_KEY_TAGS = frozenset(_TAG + name for name in ("str", "int", "merge"))
+#: Scalars whose construction can fail on values the resolver accepted (``2024-13-45``, 5000 digits).
+_CHECKED_SCALARS = frozenset(_TAG + name for name in ("int", "float", "timestamp"))
+
+
+class LimitExceeded(yaml.MarkedYAMLError):
+    """A document over one of the limits above (deep, aliased, large or self-referencing)."""
+
+
+def _safe_base() -> type:
+    """SafeLoader, with libyaml's event parser (~5x faster) under Python's composer when built with it.
+
+    Composing stays in Python, in :class:`ConfigLoader`, where the limits are enforced.
+    """
+    try:
+        from yaml._yaml import CParser
+    except ImportError:  # PyYAML built without libyaml
+        return yaml.SafeLoader
+
+    class LibyamlSafeLoader(Composer, CParser, SafeConstructor, Resolver):  # type: ignore[misc,valid-type]
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            Composer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+
+    return LibyamlSafeLoader
+
+
+class ConfigLoader(_safe_base()):  # type: ignore[misc]
+    """A safe loader that reads ``1e-5`` as a float (YAML 1.2), as ML configs expect.
+
+    It also bounds nesting depth, alias uses and the expanded size of what it composes, while
+    composing: a billion-laughs file is refused after a few dozen nodes, not after it has filled
+    the memory.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+        #: id(node) -> its size once aliases are expanded; only for fully composed nodes.
+        self._sizes: dict[int, int] = {}
+        #: Values composed so far, each alias counted at its expanded size: refuses a long flat list early.
+        self._total = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise LimitExceeded(problem=f"more than {MAX_ALIASES} aliases (*name)", problem_mark=event.start_mark)
+            node = super().compose_node(parent, index)
+            if id(node) not in self._sizes:  # `&a [*a]`: a value that contains itself
+                raise LimitExceeded(
+                    problem=f"alias *{event.anchor} is used inside its own anchor", problem_mark=event.start_mark
+                )
+            self._count(self._sizes[id(node)], event.start_mark)
+            return node
+        self._count(1, event.start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise LimitExceeded(problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=event.start_mark)
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        # Children (aliases included) are composed already: their sizes are known, so this is linear.
+        if isinstance(node, yaml.MappingNode):
+            size = 1 + sum(self._sizes[id(k)] + self._sizes[id(v)] for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            size = 1 + sum(self._sizes[id(item)] for item in node.value)
+        else:
+            size = 1
+        self._sizes[id(node)] = size
+        return node
+
+    def _count(self, values: int, mark: yaml.Mark) -> None:
+        self._total += values
+        if self._total > MAX_NODES:
+            raise LimitExceeded(
+                problem=f"more than {MAX_NODES} values (an alias counts as all it stands for)", problem_mark=mark
+            )
 
 
 # PyYAML follows YAML 1.1, where a float needs a dot: "1e-5" would stay a string.
@@ -33,16 +138,153 @@ ConfigLoader.add_implicit_resolver(
 )
 
 
+def _compose(text: str) -> tuple[ConfigLoader, list[yaml.Node]]:
+    """Every document of ``text`` as nodes, within the limits.
+
+    Raises:
+        yaml.YAMLError: Not YAML (or :class:`LimitExceeded`).
+    """
+    loader = ConfigLoader(text)
+    nodes = []
+    try:
+        while loader.check_node():
+            nodes.append(loader.get_node())
+    except RecursionError:  # defence in depth: MAX_DEPTH keeps the composer far from the limit
+        raise LimitExceeded(problem="nested too deeply") from None
+    return loader, nodes
+
+
+def _construct(loader: ConfigLoader, node: yaml.Node) -> Any:
+    """Python data of a composed node.
+
+    Raises:
+        yaml.YAMLError: YAML's own refusal (an unhashable key), or :class:`LimitExceeded`.
+        ValueError: A scalar that cannot be built (``2024-13-45``; the checks catch these first).
+    """
+    try:
+        return loader.construct_document(node)
+    except RecursionError:  # chains of merge keys (`<<: *a`) recurse once per link
+        raise LimitExceeded(problem="too many nested merge keys (<<)") from None
+    except OverflowError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _key_name(node: yaml.Node) -> str:
+    return node.value if isinstance(node, yaml.ScalarNode) else f"<{node.id}>"
+
+
+def _at(path: KeyPath) -> str:
+    """``"`a.b.0`: "`` for a key path, nothing for the top (a ``--set`` value itself)."""
+    return f"`{'.'.join(str(part) for part in path)}`: " if path else ""
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _check_nodes(loader: ConfigLoader, root: yaml.Node) -> tuple[dict[KeyPath, int], list[tuple[int, str]]]:
+    """Line of every key path, and (line, problem) for what a config may not hold.
+
+    Refused: a key that is neither a string nor an integer (``yes:``, ``null:``, ``1.5:``), a key
+    given twice in one mapping, a tag outside plain JSON/TOML-like values (``!!set``, ``!!binary``,
+    ``!!omap``) and a scalar that cannot be built (``2024-13-45``). An aliased node is walked once only (the
+    composer shares it), so a billion-laughs file costs its size, not its expansion.
+    """
+    lines: dict[KeyPath, int] = {}
+    problems: list[tuple[int, str]] = []
+    visited: set[int] = set()
+
+    def walk(node: yaml.Node, path: KeyPath) -> None:
+        if id(node) in visited:
+            return
+        visited.add(id(node))
+        line = node.start_mark.line + 1
+        if node.tag not in _PLAIN_TAGS:
+            tag = _short(node.tag.replace(_TAG, "!!"))
+            if node.tag in loader.yaml_constructors:  # !!set, !!binary, !!omap, !!pairs: YAML, not config values
+                why = f"a {tag} value cannot be passed on to the framework's config; write a plain value, list or map"
+            else:  # !!python/object and other tags a safe loader does not build
+                why = f"not valid YAML: unknown tag {tag}; remove it"
+            problems.append((line, _at(path) + why))
+            return
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag in _CHECKED_SCALARS:
+                try:
+                    loader.yaml_constructors[node.tag](loader, node)
+                except (ValueError, OverflowError, yaml.YAMLError) as exc:
+                    why = f"{_short(node.value)!r} cannot be read ({_short(str(exc), 80)}); quote it to keep a string"
+                    problems.append((line, _at(path) + why))
+            return
+        if isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                lines[(*path, index)] = item.start_mark.line + 1
+                walk(item, (*path, index))
+            return
+        seen: dict[tuple[str, object], int] = {}  # (tag, key) -> line
+        for key_node, value_node in node.value:
+            key_line = key_node.start_mark.line + 1
+            name = _key_name(key_node)
+            key_path = (*path, name)
+            is_merge = key_node.tag == _TAG + "merge"
+            if not (isinstance(key_node, yaml.ScalarNode) and key_node.tag in _KEY_TAGS):
+                if isinstance(key_node, yaml.ScalarNode):
+                    kind = key_node.tag.replace(_TAG, "")
+                    shown = _short(name)
+                    why = f"the key {shown!r} is read as a {kind}, not a string; quote it ('{shown}': ...)"
+                else:
+                    why = f"a key must be a string, not a {key_node.id}"
+                problems.append((key_line, _at(key_path) + why))
+                continue
+            identity: tuple[str, object] = (key_node.tag, name)
+            if key_node.tag == _TAG + "int":  # `0x10:` and `16:` are the same key once built
+                try:
+                    identity = (key_node.tag, loader.construct_yaml_int(key_node))
+                except (ValueError, yaml.YAMLError):
+                    problems.append((key_line, f"{_at(key_path)}the key {_short(name)!r} cannot be read; quote it"))
+                    continue
+            if identity in seen:
+                first = seen[identity]
+                why = f"the key is given twice, at lines {first} and {key_line} (YAML would keep the last); keep one"
+                problems.append((key_line, _at(key_path) + why))
+                continue
+            seen[identity] = key_line
+            if not is_merge:
+                lines[key_path] = key_line
+            walk(value_node, path if is_merge else key_path)
+
+    walk(root, ())
+    return lines, problems
+
+
 def parse_scalar(text: str) -> object:
     """Type a command-line value the way the config file would (``1e-5`` -> float, ``true`` -> bool).
 
     A value YAML reads as a string is kept exactly as typed (newlines, ``#`` and all), unless
     it is quoted: ``'0123'`` is how a number-like value is forced to be a string.
+
+    Raises:
+        ValueError: The value is YAML a config may not hold (a ``!!set``, a non-string key, too
+            deep or too many aliases); the message says why.
     """
     try:
-        value = yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - ConfigLoader is a SafeLoader
+        loader, nodes = _compose(text)
+    except LimitExceeded as exc:
+        raise ValueError(exc.problem) from None
     except yaml.YAMLError:
         return text
+    if not nodes:
+        return None  # empty, or only a comment: what yaml.load gives
+    if len(nodes) != 1:
+        return text
+    try:
+        value = _construct(loader, nodes[0])
+    except LimitExceeded as exc:
+        raise ValueError(exc.problem) from None
+    except (yaml.YAMLError, ValueError):
+        return text  # what YAML cannot build stays the string typed
+    _, problems = _check_nodes(loader, nodes[0])
+    if problems:  # what YAML builds but a config may not hold (a `!!set`, a `yes:` key)
+        raise ValueError(problems[0][1])
     if isinstance(value, str) and not text.strip().startswith(("'", '"')):
         return text
     return value
@@ -72,27 +314,42 @@ class YamlSource:
         return str(self.path)
 
 
-def _record_lines(node: yaml.Node, prefix: KeyPath, lines: dict[KeyPath, int]) -> None:
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
-            path = (*prefix, key)
-            lines[path] = key_node.start_mark.line + 1
-            _record_lines(value_node, path, lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            path = (*prefix, index)
-            lines[path] = item.start_mark.line + 1
-            _record_lines(item, path, lines)
-
-
 def _read(path: Path) -> str:
+    """The text of a config file, refusing what is not a small regular file before opening it."""
     try:
-        return path.read_text(encoding="utf-8")
+        info = os.stat(path)  # stat, not open: opening a FIFO would block until a writer comes
     except FileNotFoundError:
         raise ConfigError([f"{path}: no such file"], hint="check the path of the config file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         raise ConfigError([f"{path}: cannot read it ({exc})"]) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ConfigError(
+            [f"{path}: cannot read it: it is a folder, not a config file"], hint="give the path of the YAML file in it"
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(
+            [f"{path}: cannot read it: not a regular file (a device, FIFO or socket)"],
+            hint="give the path of a YAML or TOML file",
+        )
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            [
+                f"{path}: is {info.st_size / 2**20:.1f} MiB; a config may be at most {MAX_CONFIG_BYTES // 2**20} MiB "
+                "(its mounted copy must fit the run's 1 MiB ConfigMap)"
+            ],
+            hint="is this the right file? Data belongs on a volume (`volumes:`), not in the config",
+        )
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read(MAX_CONFIG_BYTES + 1)  # bounded even if the file grows meanwhile
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read it ({exc})"]) from None
+    if len(content) > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{path}: is larger than {MAX_CONFIG_BYTES // 2**20} MiB, the most a config may be"])
+    try:
+        return content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: cannot read it ({exc})"], hint="save the config as UTF-8 text") from None
 
 
 def load_yaml_config(path: Path) -> YamlSource:
@@ -105,25 +362,69 @@ def load_yaml_config(path: Path) -> YamlSource:
         The parsed mapping with the line of each key.
 
     Raises:
-        ConfigError: The file is missing, unreadable, not YAML, or not a mapping.
+        ConfigError: The file is missing, not a regular file, too large, unreadable, not YAML,
+            not a mapping, over a limit (depth, aliases, expanded size), or holds a duplicate or
+            non-string key or a non-plain value.
     """
     text = _read(path)
     try:
-        documents = list(yaml.load_all(text, Loader=ConfigLoader))  # noqa: S506 - a SafeLoader
-        nodes = list(yaml.compose_all(text, Loader=ConfigLoader))
+        loader, nodes = _compose(text)
+        if len(nodes) != 1 or (isinstance(nodes[0], yaml.ScalarNode) and nodes[0].tag == _TAG + "null"):
+            raise ConfigError([f"{path}: expected exactly one YAML document holding a mapping"])
+        if not isinstance(nodes[0], yaml.MappingNode) or nodes[0].tag != _TAG + "map":
+            kind = {_TAG + "seq": "list"}.get(nodes[0].tag, nodes[0].tag.replace(_TAG, ""))
+            raise ConfigError([f"{path}:1: the config must be a mapping of keys to values, not a {kind}"])
+        lines, problems = _check_nodes(loader, nodes[0])
+        if problems:
+            raise ConfigError(
+                [f"{path}:{line}: {problem}" for line, problem in problems], hint="fix the YAML at those lines"
+            )
+        data = _construct(loader, nodes[0])
+    except ValueError as exc:
+        raise ConfigError([f"{path}: a value cannot be read ({_short(str(exc), 80)})"]) from None
+    except LimitExceeded as exc:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(
+            [f"{where}: refused: {exc.problem}"],
+            hint=f"a config is at most {MAX_DEPTH} levels deep, with at most {MAX_ALIASES} aliases and "
+            f"{MAX_NODES} values once they are expanded",
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError([f"{where}: not valid YAML: {problem}"], hint="fix the YAML syntax at that line") from None
-    if len(documents) != 1 or documents[0] is None:
-        raise ConfigError([f"{path}: expected exactly one YAML document holding a mapping"])
-    data = documents[0]
-    if not isinstance(data, dict):
-        raise ConfigError([f"{path}:1: the config must be a mapping of keys to values, not a {type(data).__name__}"])
-    lines: dict[KeyPath, int] = {}
-    _record_lines(nodes[0], (), lines)
     return YamlSource(path=path, data=data, lines=lines)
+
+
+def _check_toml_keys(path: Path, text: str) -> None:
+    """Refuse a dotted key (``a.b.c...``) deeper than :data:`MAX_DEPTH` before tomllib sees it.
+
+    tomllib takes quadratic time in a key's parts (5 s for 20,000). Approximate on purpose: the
+    dots before a line's first ``=``, or in a ``[table]`` header; a real key has a few.
+    """
+    for number, line in enumerate(text.splitlines(), start=1):
+        head = line.split("=", 1)[0] if "=" in line else line if line.lstrip().startswith("[") else ""
+        if head.count(".") > MAX_DEPTH:
+            raise ConfigError(
+                [f"{path}:{number}: refused: a key nested more than {MAX_DEPTH} levels deep"],
+                hint="a config is small and shallow; check the file",
+            )
+
+
+def _check_toml_shape(path: Path, data: dict[str, Any]) -> None:
+    """TOML has no aliases, but dotted keys (``a.b.c...``) can nest as deep as the file is long."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    count = 0
+    while stack:  # iterative: the point is not to recurse
+        value, depth = stack.pop()
+        count += 1
+        if depth > MAX_DEPTH or count > MAX_NODES:
+            what = f"nested more than {MAX_DEPTH} levels deep" if depth > MAX_DEPTH else f"more than {MAX_NODES} values"
+            raise ConfigError([f"{path}: refused: {what}"], hint="a config is small and shallow; check the file")
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        stack.extend((child, depth + 1) for child in children)
 
 
 _TOML_KEY = re.compile(r"""^\s*(\[\[?\s*(?P<table>[^\]]+?)\s*\]\]?|(?P<key>[A-Za-z0-9_.-]+|"[^"]*")\s*=)""")
@@ -150,7 +451,8 @@ def load_config_file(path: Path) -> YamlSource:
     """Read a config file: YAML, or TOML when it ends in ``.toml`` (verifiers' own vf-rl files).
 
     Raises:
-        ConfigError: The file is missing, unreadable or not valid YAML/TOML.
+        ConfigError: The file is missing, unreadable, not valid YAML/TOML or over a limit (see
+            :func:`load_yaml_config`).
     """
     if path.suffix.lower() != ".toml":
         return load_yaml_config(path)
@@ -159,8 +461,14 @@ def load_config_file(path: Path) -> YamlSource:
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
     text = _read(path)
+    _check_toml_keys(path, text)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path}: not valid TOML: {exc}"], hint="fix the TOML syntax at that line") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise ConfigError(
+            [f"{path}: refused: nested too deeply"], hint="a config is small and shallow; check the file"
+        ) from None
+    _check_toml_shape(path, data)
     return YamlSource(path=path, data=data, lines=_toml_lines(text))

@@ -93,6 +93,20 @@ def _nulls(value: Any, where: str) -> list[str]:
     return []
 
 
+def _non_string_keys(value: Any, where: str) -> list[str]:
+    """Dotted paths of mapping keys that are not strings (TOML keys are always strings)."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            found += [path] if not isinstance(key, str) else []
+            found += _non_string_keys(item, path)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += _non_string_keys(item, f"{where}[{index}]")
+    return found
+
+
 def server_flags(args: dict[str, Any]) -> list[str]:
     """``inference.args`` as vf-vllm flags, the way verifiers' own ``vf-rl`` converts them.
 
@@ -177,6 +191,9 @@ class VerifiersFramework(BaseTrainingFramework):
         for key, value in _mapping(native, "inference", "args").items():
             if isinstance(value, list):
                 problems.append(f"`inference.args.{key}`: a list has no single vf-vllm flag form; use a string")
+        for path in _non_string_keys(native, ""):
+            last = path.rsplit(".", 1)[-1]
+            problems.append(f"`{path}`: a TOML key is a string; quote it in the file ('{last}': ...)")
         for path in _nulls(native, ""):
             problems.append(f"`{path}` is null, which TOML cannot hold; remove the key or give a value")
         script = native.get("script")
@@ -231,7 +248,10 @@ class VerifiersFramework(BaseTrainingFramework):
     def serialize_config(self, config: dict[str, Any]) -> str:
         import tomli_w  # lazily: only verifiers runs need it
 
-        return tomli_w.dumps(config)
+        try:
+            return tomli_w.dumps(config)
+        except (TypeError, ValueError) as exc:  # a value TOML has no form for (a set, bytes, a non-string key)
+            raise ValueError(f"the config cannot be written as verifiers' TOML: {exc}") from None
 
     def pip_packages(self, config: dict[str, Any], context: RunContext) -> list[str]:
         # A user's image (`image:`) is taken as complete; the pinned default lacks verifiers.

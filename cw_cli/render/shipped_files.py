@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import base64
 import copy
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,19 +102,54 @@ def _mib(size: int) -> str:
     return f"{size / 2**20:.2f} MiB"
 
 
+def _volume_hint(setting: str) -> str:
+    return (
+        "put it on a volume (`volumes: {my-data: /data}`, a PersistentVolumeClaim) and "
+        f"{setting} its path under /data"
+    )
+
+
+def _read_small(path: Path, what: str) -> bytes:
+    """The bytes of a regular file of at most :data:`CONFIGMAP_LIMIT`, checked before reading.
+
+    Raises:
+        ValueError: Missing, a folder, not a regular file (a FIFO would block, a device never
+            ends), or over the limit; ``what`` names the setting in the message.
+    """
+    try:
+        info = os.stat(path)  # stat, not open: opening a FIFO blocks
+    except FileNotFoundError:
+        raise ValueError(f"{what}: {path} does not exist (paths are relative to the config file)") from None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{what}: {path} cannot be read ({exc})") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ValueError(f"{what}: {path} is a folder; list its files")
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{what}: {path} is not a regular file (a device, FIFO or socket)")
+    if info.st_size > CONFIGMAP_LIMIT:
+        raise ValueError(
+            f"{what}: {path} is {_mib(info.st_size)}, over the 1 MiB a ConfigMap holds; {_volume_hint('use')}"
+        )
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read(CONFIGMAP_LIMIT + 1)  # bounded even if the file grows meanwhile
+    except OSError as exc:
+        raise ValueError(f"{what}: {path} cannot be read ({exc})") from None
+    if len(content) > CONFIGMAP_LIMIT:
+        raise ValueError(f"{what}: {path} is over the 1 MiB a ConfigMap holds; {_volume_hint('use')}")
+    return content
+
+
 def user_files(base_dir: Path, relatives: list[str]) -> list[ShippedFile]:
     """The ``files:`` list: each file at ``/etc/cw/<name>`` (Python files are importable there).
 
     Raises:
-        ValueError: A file is missing or is a folder.
+        ValueError: A file is missing, a folder, not a regular file, or over the ConfigMap's 1 MiB.
     """
     shipped = []
     for relative in relatives:
         path = (base_dir / relative).expanduser()
-        if not path.is_file():
-            what = "is a folder; list its files" if path.is_dir() else "does not exist"
-            raise ValueError(f"`files`: {path} {what} (paths are relative to the config file)")
-        shipped.append(ShippedFile(key=path.name, path=path.name, content=path.read_bytes()))
+        shipped.append(ShippedFile(key=path.name, path=path.name, content=_read_small(path, "`files`")))
     return shipped
 
 
@@ -169,15 +206,14 @@ def ship_referenced(
                 exists = local.exists()
             except (OSError, ValueError):
                 continue  # not a path (too long, odd characters): leave it to the framework
-            if not exists:
-                continue
-            paths = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
-            size = sum(p.stat().st_size for p in paths)
-            if size > CONFIGMAP_LIMIT:  # checked before reading: it may be a model of many GB
+            if not exists or not (local.is_file() or local.is_dir()):
+                continue  # a device or FIFO is no file to ship; the framework will say what it makes of it
+            paths, size, complete = _local_tree(local)
+            if size > CONFIGMAP_LIMIT or not complete:  # checked before reading: it may be a model of many GB
+                amount = _mib(size) if complete else f"at least {len(paths)} files and {_mib(size)}"
                 raise ValueError(
-                    f"`{_dotted(path)}: {value}` is {_mib(size)}, too large to ship with the run (a ConfigMap holds "
-                    "1 MiB); put it on a volume (`volumes: {my-data: /data}`, a PersistentVolumeClaim) and set "
-                    f"`{_dotted(path)}` to its path under /data"
+                    f"`{_dotted(path)}: {value}` is {amount}, too large to ship with the run (a ConfigMap holds "
+                    f"1 MiB); {_volume_hint(f'set `{_dotted(path)}` to')}"
                 )
             name = _free_name(local.name, taken)
             files = _read_tree(local, paths, f"{SHIPPED_FOLDER}/{name}", len(shipped))
@@ -185,6 +221,36 @@ def ship_referenced(
             container[key] = f"{CONFIG_MOUNT}/{SHIPPED_FOLDER}/{name}"
             notices.append(f"`{_dotted(path)}`: ships {value} with the run as {container[key]}")
     return rewritten, shipped, notices
+
+
+#: Files of a referenced folder looked at before giving up: a ConfigMap could not hold more anyway.
+MAX_TREE_FILES = 10_000
+
+
+def _local_tree(local: Path) -> tuple[list[Path], int, bool]:
+    """The regular files a referenced path stands for (sorted), their total size, and whether the
+    walk saw them all.
+
+    The walk stops once the size passes the ConfigMap limit or it has seen :data:`MAX_TREE_FILES`
+    files, so `dataset_name: /` costs a moment, not a walk of the whole disk (rglob does not
+    follow symbolic links to folders).
+    """
+    if local.is_file():
+        return [local], local.stat().st_size, True
+    paths: list[Path] = []
+    size = 0
+    for candidate in local.rglob("*"):
+        try:
+            info = candidate.stat()
+        except OSError:
+            continue  # vanished, dangling or unreadable: not shipped
+        if not stat.S_ISREG(info.st_mode):
+            continue  # folders are walked; devices and FIFOs are not files to ship
+        paths.append(candidate)
+        size += info.st_size
+        if size > CONFIGMAP_LIMIT or len(paths) > MAX_TREE_FILES:
+            return paths, size, False
+    return sorted(paths), size, True
 
 
 def _free_name(name: str, taken: set[str]) -> str:
@@ -228,6 +294,7 @@ def referenced_modules(
                 if f"{module}.py" in already or not module.isidentifier() or not local.is_file():
                     continue
                 already.add(f"{module}.py")
-                shipped.append(ShippedFile(key=f"{module}.py", path=f"{module}.py", content=local.read_bytes()))
+                content = _read_small(local, f"`{_dotted(path)}`")
+                shipped.append(ShippedFile(key=f"{module}.py", path=f"{module}.py", content=content))
                 notices.append(f"`{_dotted(path)}`: ships {local.name} with the run (importable as `{module}`)")
     return shipped, notices
