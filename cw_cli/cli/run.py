@@ -147,6 +147,7 @@ def _apply(
     from rich.markup import escape
 
     from cw_cli.errors import Interrupted, RunFailed
+    from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S
     from cw_cli.k8s.connection import ClusterTarget, connect
     from cw_cli.k8s.launch import launch, wait_for_deployments
     from cw_cli.k8s.operations import wait_for_run
@@ -159,7 +160,7 @@ def _apply(
 
     console.print(f"run [bold]{plan.run_name}[/] in namespace {kube.namespace} ({kube.host})")
     with _termination_as_interrupt():
-        result = launch(kube, plan, server_dry_run=server_dry_run, services_timeout_s=timeout or 1800, progress=progress)
+        result = launch(kube, plan, server_dry_run=server_dry_run, services_timeout_s=timeout or DEFAULT_SERVICES_TIMEOUT_S, progress=progress)
         if result.dry_run:
             console.print(f"[green]the API server accepted all {len(result.created)} objects; nothing was created[/]")
             return
@@ -171,7 +172,7 @@ def _apply(
             if not wait:
                 return
             if services_only:
-                wait_for_deployments(kube, plan.run_name, plan.service_deployments, timeout or 1800, progress)
+                wait_for_deployments(kube, plan.run_name, plan.service_deployments, timeout or DEFAULT_SERVICES_TIMEOUT_S, progress)
                 console.print("[green]services are Ready[/]")
             elif plan.trainer_job:
                 try:

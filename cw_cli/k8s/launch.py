@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 
 from cw_cli.errors import ClusterUnreachable, Conflict, CwError, Interrupted, NotFound, Rejected, WaitTimeout
 from cw_cli.k8s.connection import Kube
-from cw_cli.render.plan import Plan
+from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S, Plan
 
 Progress = Callable[[str], None]
 
@@ -221,7 +221,7 @@ def launch(
     plan: Plan,
     *,
     server_dry_run: bool = False,
-    services_timeout_s: float = 1800,
+    services_timeout_s: float = DEFAULT_SERVICES_TIMEOUT_S,
     progress: Progress = lambda _: None,
 ) -> LaunchResult:
     """Create every object of the plan, or none.
