@@ -85,6 +85,8 @@ def status_command(run: str, namespace: NamespaceOption = None, context: Context
     console = out()
     console.print(f"run [bold]{view.name}[/]  {view.framework} {view.training_type}  state: [bold]{view.state}[/]  GPUs: {view.gpus}")
     console.print("objects: " + ", ".join(view.objects))
+    if view.restarts is not None:
+        console.print(f"gang restarts: {view.restarts} (JobSet; each resumes from the last checkpoint)")
     if view.pods:
         table = Table("POD", "ROLE", "RANK", "PHASE", "READY", "NODE", box=None)
         for pod in view.pods:

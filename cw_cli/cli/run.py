@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator, Optional
 
 import typer
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the kubernetes-backed modules load only when a command need
 DRY_RUN_HEADER = (
     "# cw --dry-run: the run's objects. `kubectl apply -f` of this output starts the run (the\n"
     "# trainer's init containers wait for its servers), but only cw's own launch also links every\n"
-    "# object to the Job (ownerReferences, so the Job's TTL removes the run), creates nothing if the\n"
+    "# object to the Job or JobSet (ownerReferences, so its TTL removes the run), creates nothing if the\n"
     "# name is taken and removes a half-made run. Run the same command without --dry-run for that.\n"
 )
 
@@ -84,6 +84,15 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
         run_name = (
             validate_run_name(name) if name is not None else generate_run_name(framework_name, training_type.value, config.stem)
         )
+        kube = None
+        jobset_available = None
+        if not (dry_run or local):
+            from cw_cli.k8s.connection import ClusterTarget, connect
+            from cw_cli.render.jobset import GROUP_VERSION_PATH
+
+            kube = connect(ClusterTarget(context=context, namespace=namespace))
+            if _may_be_gang(run_config.cluster):
+                jobset_available = kube.serves(GROUP_VERSION_PATH)
         plan = build_plan(
             RunRequest(
                 loaded,
@@ -96,6 +105,7 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
                 services_lifetime_s=parse_duration(ttl, "--ttl") if ttl else None,
                 services_timeout_s=int(math.ceil(timeout)) if timeout else DEFAULT_SERVICES_TIMEOUT_S,
                 resume_changed_config=resume,
+                jobset_available=jobset_available,
             )
         )
         _print_notices(plan.notices)
@@ -106,10 +116,16 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
             from cw_cli.cli.local import run_locally
 
             raise typer.Exit(run_locally(plan))
-        _apply(plan, context, namespace, server_dry_run, wait, timeout, services)
+        assert kube is not None
+        _apply(plan, kube, server_dry_run, wait, timeout, services)
 
     command.__doc__ = f"Run `{framework_name} {type_name}` on the cluster."
     return command
+
+
+def _may_be_gang(cluster: Any) -> bool:
+    """Whether the run could be a JobSet, so the cluster must be asked if it serves JobSet."""
+    return cluster.jobset is True or (cluster.jobset == "auto" and (cluster.nodes > 1 or cluster.queue is not None))
 
 
 def _print_notices(notices: list[str]) -> None:
@@ -137,8 +153,7 @@ def _local_gpu_count() -> int:
 
 def _apply(
     plan: Plan,
-    context: str | None,
-    namespace: str | None,
+    kube: Kube,
     server_dry_run: bool,
     wait: bool,
     timeout: float | None,
@@ -148,11 +163,9 @@ def _apply(
 
     from cw_cli.errors import Interrupted, RunFailed
     from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S
-    from cw_cli.k8s.connection import ClusterTarget, connect
     from cw_cli.k8s.launch import launch, wait_for_deployments
     from cw_cli.k8s.operations import wait_for_run
 
-    kube = connect(ClusterTarget(context=context, namespace=namespace))
     console = err()
 
     def progress(line: str) -> None:
@@ -167,7 +180,7 @@ def _apply(
         # From here on the run is whole and needs no cw: an interrupt stops only the watching.
         try:
             if plan.trainer_job and not result.released:
-                console.print("the Job waits for Kueue to admit it")
+                console.print(f"the {plan.owner_kind} waits for Kueue to admit it")
             console.print(f"next: cw status {plan.run_name}   cw logs {plan.run_name} -f   cw delete {plan.run_name}")
             if not wait:
                 return
@@ -176,7 +189,7 @@ def _apply(
                 console.print("[green]services are Ready[/]")
             elif plan.trainer_job:
                 try:
-                    wait_for_run(kube, plan.trainer_job, timeout, progress)
+                    wait_for_run(kube, plan.trainer_job, timeout, progress, kind=plan.owner_kind)
                 except RunFailed:
                     _stop_services_of_finished_run(kube, plan, progress)
                     raise

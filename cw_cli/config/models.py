@@ -223,6 +223,19 @@ class ClusterSpec(StrictModel):
         default=72, gt=0, le=24 * 365, description="Hours a finished Job (with status and logs) is kept."
     )
     backoff_limit: int = Field(default=2, ge=0, le=100, description="Retries of a failed trainer pod.")
+    jobset: Literal["auto"] | bool = Field(
+        default="auto",
+        description="Run as a JobSet: gang restarts of a multi-node trainer, and trainer and servers admitted by "
+        "Kueue as one unit. `auto`: when the cluster serves JobSet and the run has several nodes, or servers and a "
+        "`queue`; true: always (refused where JobSet is not installed); false: never.",
+    )
+    max_restarts: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="Restarts of the whole gang of a JobSet run after a failure, each resuming from the last "
+        "checkpoint; restarts after a disruption (preemption, node drain) do not count.",
+    )
     shm_size: MemoryQuantity | None = Field(
         default=None, description="Size of /dev/shm (NCCL needs a large one); default: half the memory, at most 64Gi."
     )
@@ -241,7 +254,7 @@ class ClusterSpec(StrictModel):
         default_factory=dict, description="Per-service settings of multi-service types: server, reward."
     )
 
-    _numbers_not_bools = field_validator("gpu", "nodes", "ttl_hours", "backoff_limit", mode="before")(_not_bool)
+    _numbers_not_bools = field_validator("gpu", "nodes", "ttl_hours", "backoff_limit", "max_restarts", mode="before")(_not_bool)
 
     @field_validator("env")
     @classmethod

@@ -27,6 +27,8 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies", True),
+    # A gang run (render/jobset.py); the API exists only where JobSet is installed.
+    "JobSet": ("/apis/jobset.x-k8s.io/v1alpha2", "jobsets", True),
     # Kueue's objects, read for `cw status` of a run with `queue:`.
     "Workload": ("/apis/kueue.x-k8s.io/v1beta2", "workloads", True),
     "LocalQueue": ("/apis/kueue.x-k8s.io/v1beta2", "localqueues", True),
@@ -169,6 +171,14 @@ class Kube:
             return self.request("GET", self.path(kind, name), what=f"read {kind} {name}")
         except NotFound:
             return None
+
+    def serves(self, group_version_path: str) -> bool:
+        """Whether the API server serves an API group version (e.g. a CRD's), by discovery."""
+        try:
+            self.request("GET", group_version_path, what=f"discover {group_version_path}")
+        except NotFound:
+            return False
+        return True
 
     def list(self, kind: str, label_selector: str | None = None, field_selector: str | None = None) -> list[dict[str, Any]]:
         """List objects of a kind in the namespace (or cluster-wide for cluster kinds)."""

@@ -10,12 +10,13 @@ from typing import Any
 from cw_cli.config.quantity import parse_quantity
 from cw_cli.errors import ConfigError, Forbidden, NotFound
 from cw_cli.k8s.connection import Kube
+from cw_cli.render.jobset import JOBSET_NAME_LABEL, TRAINER
 from cw_cli.render.keeper import LIFETIME_ANNOTATION
 from cw_cli.render.plan import KUEUE_QUEUE_LABEL, MANAGED_BY, RUN_LABEL
 
 GPU = "nvidia.com/gpu"
 WORKLOAD_JOB_UID = "kueue.x-k8s.io/job-uid"  # Kueue's label on the Workload of a Job
-RUN_KINDS = ("Job", "Deployment", "Service", "ConfigMap", "NetworkPolicy", "RoleBinding", "Role", "ServiceAccount")
+RUN_KINDS = ("JobSet", "Job", "Deployment", "Service", "ConfigMap", "NetworkPolicy", "RoleBinding", "Role", "ServiceAccount")
 
 
 _LABEL_VALUE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -64,6 +65,25 @@ class RunView:
     services: list[tuple[str, str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     queue: str | None = None
+    restarts: int | None = None
+
+
+#: Kinds whose API exists only where an add-on is installed: absent means no such object.
+OPTIONAL_KINDS = ("JobSet",)
+
+
+def run_objects(kube: Kube, run_name: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(kind, object) of every object cw labelled, of one run or of all, owners first."""
+    found = []
+    for kind in RUN_KINDS:
+        try:
+            objects = kube.list(kind, run_selector(run_name))
+        except (NotFound, Forbidden):
+            if kind in OPTIONAL_KINDS:
+                continue  # JobSet is not installed (or not readable): no run uses it here
+            raise
+        found += [(kind, obj) for obj in objects]
+    return found
 
 
 def _created(obj: dict[str, Any]) -> datetime | None:
@@ -106,30 +126,65 @@ def job_state(job: dict[str, Any], now: datetime | None = None) -> str:
     return "Pending"
 
 
+def jobset_state(jobset: dict[str, Any], now: datetime | None = None) -> str:
+    """Plain state of a JobSet run, in the words of :func:`job_state`."""
+    status = jobset.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition["type"] == "Completed":
+            return "Succeeded"
+        if condition["type"] == "Failed":
+            return "Failed"
+    if jobset.get("spec", {}).get("suspend"):
+        return job_state({"metadata": jobset["metadata"], "spec": {"suspend": True}}, now)
+    trainer = next((s for s in status.get("replicatedJobsStatus") or [] if s.get("name") == TRAINER), {})
+    if int(trainer.get("ready", 0)):
+        return "Running"
+    return "Pending"
+
+
+def _jobset_gpus(jobset: dict[str, Any]) -> int:
+    total = 0
+    for replicated in jobset["spec"].get("replicatedJobs") or []:
+        job_spec = replicated["template"]["spec"]
+        pods = int(job_spec.get("parallelism", 1)) * int(replicated.get("replicas", 1))
+        total += _pod_gpus(job_spec["template"]["spec"]) * pods
+    return total
+
+
+def state_of(kind: str, owner: dict[str, Any]) -> str:
+    """State of a run from its owner object (a Job or a JobSet)."""
+    return jobset_state(owner) if kind == "JobSet" else job_state(owner)
+
+
 def list_runs(kube: Kube) -> list[RunView]:
     """Every cw run in the namespace, newest first."""
     runs: dict[str, RunView] = {}
-    for kind in RUN_KINDS:
-        for obj in kube.list(kind, run_selector()):
-            labels = obj["metadata"].get("labels") or {}
-            name = labels.get(RUN_LABEL)
-            if not name:
-                continue
-            view = runs.setdefault(name, RunView(name=name))
-            view.framework = labels.get("app.kubernetes.io/name", view.framework)
-            view.training_type = labels.get("cw-cli.dev/training-type", view.training_type)
-            view.objects.append(f"{kind}/{obj['metadata']['name']}")
-            created = _created(obj)
-            if created and (view.created is None or created < view.created):
-                view.created = created
-            if kind == "Job":
-                view.state = job_state(obj)
-                spec = obj["spec"]
-                view.gpus += _pod_gpus(spec["template"]["spec"]) * int(spec.get("parallelism", 1))
-            elif kind == "Deployment":
-                view.gpus += _pod_gpus(obj["spec"]["template"]["spec"]) * int(obj["spec"].get("replicas", 1))
+    for kind, obj in run_objects(kube):
+        labels = obj["metadata"].get("labels") or {}
+        name = labels.get(RUN_LABEL)
+        if not name:
+            continue
+        view = runs.setdefault(name, RunView(name=name))
+        view.framework = labels.get("app.kubernetes.io/name", view.framework)
+        view.training_type = labels.get("cw-cli.dev/training-type", view.training_type)
+        view.objects.append(f"{kind}/{obj['metadata']['name']}")
+        created = _created(obj)
+        if created and (view.created is None or created < view.created):
+            view.created = created
+        if kind == "JobSet":
+            view.state = jobset_state(obj)
+            view.gpus += _jobset_gpus(obj)
+            view.restarts = int((obj.get("status") or {}).get("restarts", 0))
+        elif kind == "Job":
+            view.state = job_state(obj)
+            spec = obj["spec"]
+            view.gpus += _pod_gpus(spec["template"]["spec"]) * int(spec.get("parallelism", 1))
+        elif kind == "Deployment":
+            view.gpus += _pod_gpus(obj["spec"]["template"]["spec"]) * int(obj["spec"].get("replicas", 1))
     for view in runs.values():
-        if not any(o.startswith("Job/") for o in view.objects):
+        if not any(o.startswith(("Job/", "JobSet/")) for o in view.objects):
             view.state = "Services only"
     return sorted(runs.values(), key=lambda v: v.created or datetime.min.replace(tzinfo=timezone.utc), reverse=True)
 
@@ -264,7 +319,9 @@ def run_status(kube: Kube, run_name: str) -> RunView:
         refused = None if (job.get("status") or {}).get("active") else pods_refused(kube, "Job", job)
         if refused:
             view.problems.append(f"the cluster refuses to create the trainer's pods: {refused}")
-    has_trainer = any(o.startswith("Job/") for o in view.objects)
+    if f"JobSet/{run_name}" in view.objects:
+        _gang_status(kube, run_name, view)
+    has_trainer = any(o.startswith(("Job/", "JobSet/")) for o in view.objects)
     for deployment in kube.list("Deployment", run_selector(run_name)):
         status = deployment.get("status") or {}
         ready = f"{status.get('readyReplicas', 0)}/{deployment['spec'].get('replicas', 1)} ready"
@@ -275,13 +332,32 @@ def run_status(kube: Kube, run_name: str) -> RunView:
     return view
 
 
+def _gang_status(kube: Kube, run_name: str, view: RunView) -> None:
+    """Queue, refused pods and servers of a JobSet run (its Jobs carry JobSet's labels, not cw's)."""
+    jobset = kube.get("JobSet", run_name)
+    if jobset is None:
+        return
+    view.queue = queue_summary(kube, jobset)
+    for job in kube.list("Job", f"{JOBSET_NAME_LABEL}={run_name}"):
+        refused = None if (job.get("status") or {}).get("active") else pods_refused(kube, "Job", job)
+        if refused:
+            view.problems.append(f"the cluster refuses to create the pods of {job['metadata']['name']}: {refused}")
+    statuses = {s["name"]: s for s in (jobset.get("status") or {}).get("replicatedJobsStatus") or []}
+    for replicated in jobset["spec"].get("replicatedJobs") or []:
+        role = replicated["name"]
+        if role == TRAINER:
+            continue
+        ready = int(statuses.get(role, {}).get("ready", 0))
+        view.services.append((f"{run_name}-{role}", f"{ready}/{replicated.get('replicas', 1)} ready; stops when the trainer ends"))
+
+
 def _admitted(workload: dict[str, Any]) -> bool:
     conditions = (workload.get("status") or {}).get("conditions") or []
     return any(c["type"] in ("QuotaReserved", "Admitted") and c["status"] == "True" for c in conditions)
 
 
 def queue_summary(kube: Kube, job: dict[str, Any]) -> str | None:
-    """Where a Job with ``queue:`` stands in Kueue: admitted, or its place in line and the quota in use.
+    """Where a Job or JobSet with ``queue:`` stands in Kueue: admitted, or its place in line and the quota in use.
 
     The position counts the LocalQueue's pending Workloads ahead of this one (higher priority,
     then older), the order Kueue's FIFO strategies admit them in.

@@ -32,10 +32,8 @@ class LaunchResult:
 def _secret_and_volume_names(plan: Plan) -> tuple[set[str], set[str]]:
     secrets: set[str] = set()
     claims: set[str] = set()
-    for manifest in plan.manifests:
-        pod_spec = _pod_spec(manifest)
-        if pod_spec is None:
-            continue
+    pod_specs = [pod_spec for manifest in plan.manifests for pod_spec in _pod_specs(manifest)]
+    for pod_spec in pod_specs:
         for container in pod_spec.get("containers", []) + pod_spec.get("initContainers", []):
             for env in container.get("env") or []:
                 ref = (env.get("valueFrom") or {}).get("secretKeyRef")
@@ -47,10 +45,12 @@ def _secret_and_volume_names(plan: Plan) -> tuple[set[str], set[str]]:
     return secrets, claims
 
 
-def _pod_spec(manifest: dict[str, Any]) -> dict[str, Any] | None:
+def _pod_specs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     if manifest["kind"] in ("Job", "Deployment"):
-        return manifest["spec"]["template"]["spec"]
-    return None
+        return [manifest["spec"]["template"]["spec"]]
+    if manifest["kind"] == "JobSet":
+        return [job["template"]["spec"]["template"]["spec"] for job in manifest["spec"]["replicatedJobs"]]
+    return []
 
 
 def preflight(kube: Kube, plan: Plan) -> None:
@@ -216,6 +216,48 @@ def wait_for_deployments(
         time.sleep(poll_s)
 
 
+def wait_for_gang_servers(
+    kube: Kube, jobset_name: str, roles: list[str], timeout_s: float, progress: Progress, poll_s: float = 2.0
+) -> None:
+    """Block until the server Jobs of a JobSet run have their pods Ready.
+
+    Raises:
+        Rejected: The cluster refuses to create a server's pods.
+        WaitTimeout: Not all Ready within the timeout.
+    """
+    from cw_cli.k8s.inspect import explain_pods, pods_refused, run_selector
+    from cw_cli.render.jobset import child_job_name
+
+    deadline = time.monotonic() + timeout_s
+    announced: set[str] = set()
+    while True:
+        jobset = kube.get("JobSet", jobset_name) or {}
+        statuses = {s["name"]: s for s in (jobset.get("status") or {}).get("replicatedJobsStatus") or []}
+        waiting = [role for role in roles if int(statuses.get(role, {}).get("ready", 0)) < 1]
+        for role in waiting:
+            job = kube.get("Job", child_job_name(jobset_name, role))
+            refused = pods_refused(kube, "Job", job) if job else None
+            if refused:
+                raise Rejected(
+                    f"the cluster refuses to create the pods of server {role}: {refused}",
+                    hint="the namespace's policy (Pod Security, quota, an admission webhook) rejects them; "
+                    "see `kubectl get events`, or use another --namespace",
+                )
+        for role in roles:
+            if role not in waiting and role not in announced:
+                progress(f"server {role} is Ready")
+                announced.add(role)
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            reasons = explain_pods(kube, run_selector(jobset_name))
+            raise WaitTimeout(
+                f"servers not Ready after {int(timeout_s)} s: {', '.join(waiting)}",
+                hint="; ".join(reasons) or "see `cw status` and `cw logs --role server`",
+            )
+        time.sleep(poll_s)
+
+
 def launch(
     kube: Kube,
     plan: Plan,
@@ -257,7 +299,7 @@ def launch(
         for manifest in plan.manifests:
             body = _in_namespace(manifest, kube.namespace)
             kind, name = manifest["kind"], manifest["metadata"]["name"]
-            if owner_ref is None and kind == "Job":
+            if owner_ref is None and kind in ("Job", "JobSet"):
                 body["spec"] = dict(body["spec"], suspend=True)
             if owner_ref is not None:
                 body["metadata"]["ownerReferences"] = [owner_ref]
@@ -281,13 +323,16 @@ def launch(
         if server_dry_run:
             return result
         if plan.trainer_job is not None and plan.managed_suspend:
-            kube.merge_patch("Job", plan.trainer_job, {"spec": {"suspend": False}})
+            kube.merge_patch(plan.owner_kind, plan.trainer_job, {"spec": {"suspend": False}})
             result.released = True
-            progress(f"started Job {plan.trainer_job} (its pods wait in the cluster until the servers answer)")
+            progress(f"started {plan.owner_kind} {plan.trainer_job} (its trainer waits in the cluster until the servers answer)")
         # Under Kueue the run may wait in its queue for hours: cw does not wait with it.
         if plan.service_deployments and (plan.managed_suspend or plan.trainer_job is None):
             progress(f"waiting for {len(plan.service_deployments)} service(s) to be Ready")
             wait_for_deployments(kube, plan.run_name, plan.service_deployments, services_timeout_s, progress)
+        if plan.gang_servers and plan.managed_suspend:
+            progress(f"waiting for {len(plan.gang_servers)} server(s) of JobSet {plan.trainer_job} to be Ready")
+            wait_for_gang_servers(kube, plan.trainer_job or plan.run_name, plan.gang_servers, services_timeout_s, progress)
         return result
     except (CwError, KeyboardInterrupt) as exc:
         left = remove_objects(kube, created) if created else []

@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 
 from cw_cli.errors import NotFound, Rejected, RunFailed, WaitTimeout
 from cw_cli.k8s.connection import Kube
-from cw_cli.k8s.inspect import RUN_KINDS, explain_pending, find_pod, job_state, pods_refused, run_selector
+from cw_cli.k8s.inspect import explain_pending, find_pod, pods_refused, run_objects, state_of
 
 Progress = Callable[[str], None]
 
@@ -21,8 +21,9 @@ def delete_run(kube: Kube, run_name: str) -> list[str]:
     Raises:
         NotFound: The run has no object in the namespace.
     """
-    # List everything first: deleting the Job lets the garbage collector remove the rest meanwhile.
-    found = [(kind, obj["metadata"]["name"]) for kind in RUN_KINDS for obj in kube.list(kind, run_selector(run_name))]
+    # List everything first: deleting the owner lets the garbage collector remove the rest meanwhile.
+    # A queued run's JobSet or Job goes with its Kueue Workload, which frees its place in the queue.
+    found = [(kind, obj["metadata"]["name"]) for kind, obj in run_objects(kube, run_name)]
     deleted: list[str] = []
     for kind, name in found:
         kube.delete(kind, name)
@@ -44,9 +45,14 @@ def stop_services(kube: Kube, run_name: str) -> list[str]:
 
 
 def wait_for_run(
-    kube: Kube, job_name: str, timeout_s: float | None = None, progress: Progress = lambda _: None, poll_s: float = 2.0
+    kube: Kube,
+    job_name: str,
+    timeout_s: float | None = None,
+    progress: Progress = lambda _: None,
+    poll_s: float = 2.0,
+    kind: str = "Job",
 ) -> str:
-    """Block until the trainer Job succeeds or fails.
+    """Block until the run's owner (the trainer Job, or its JobSet) succeeds or fails.
 
     Returns:
         ``"Succeeded"``.
@@ -59,10 +65,10 @@ def wait_for_run(
     deadline = time.monotonic() + timeout_s if timeout_s else None
     last = ""
     while True:
-        job = kube.get("Job", job_name)
+        job = kube.get(kind, job_name)
         if job is None:
-            raise NotFound(f"Job {job_name} disappeared while waiting")
-        state = job_state(job)
+            raise NotFound(f"{kind} {job_name} disappeared while waiting")
+        state = state_of(kind, job)
         if state != last:
             progress(f"{job_name}: {state}")
             last = state
@@ -74,8 +80,8 @@ def wait_for_run(
                 "",
             )
             raise RunFailed(f"run failed: {reason}".strip(), hint=f"see the logs: cw logs {job_name.removesuffix('-trainer')}")
-        if state in ("Pending", "Starting") and not (job.get("status") or {}).get("active"):
-            refused = pods_refused(kube, "Job", job)
+        if state in ("Pending", "Starting"):
+            refused = _trainer_refused(kube, kind, job_name, job)
             if refused:
                 raise Rejected(
                     f"the cluster refuses to create the pods of {job_name}: {refused}",
@@ -85,6 +91,16 @@ def wait_for_run(
         if deadline and time.monotonic() > deadline:
             raise WaitTimeout(f"{job_name} still {state} after {int(timeout_s or 0)} s")
         time.sleep(poll_s)
+
+
+def _trainer_refused(kube: Kube, kind: str, name: str, owner: dict) -> str | None:
+    """Why the cluster refuses the trainer's pods, read from its Job (a JobSet's child Job)."""
+    from cw_cli.render.jobset import TRAINER, child_job_name
+
+    job = owner if kind == "Job" else kube.get("Job", child_job_name(name, TRAINER))
+    if job is None or (job.get("status") or {}).get("active"):
+        return None
+    return pods_refused(kube, "Job", job)
 
 
 def _split_timestamp(line: str) -> tuple[str, str]:

@@ -39,6 +39,7 @@ from cw_cli.frameworks.runtime_files import (
     with_launcher,
     with_requirements,
 )
+from cw_cli.render.jobset import GROUP_VERSION_PATH as JOBSET_API, gang, trainer_address
 from cw_cli.render.keeper import (
     LIFETIME_ANNOTATION,
     keeper_container,
@@ -97,6 +98,7 @@ class RunRequest:
     services_lifetime_s: int | None = None
     services_timeout_s: int = DEFAULT_SERVICES_TIMEOUT_S
     resume_changed_config: bool = False
+    jobset_available: bool | None = None
 
 
 @dataclass
@@ -108,7 +110,10 @@ class Plan:
         manifests: Objects to create, the owner (trainer Job, or the ConfigMap with
             ``--services``) first.
         service_deployments: Names of the Deployments that must be Ready before the trainer starts.
-        trainer_job: Name of the trainer Job, or None with ``--services``.
+        trainer_job: Name of the trainer Job (or of the JobSet), or None with ``--services``.
+        owner_kind: Kind of the run's owner object: ``Job``, ``JobSet`` or, with ``--services``,
+            ``ConfigMap``.
+        gang_servers: Replicated Jobs of the JobSet that are servers (Ready before the trainer).
         managed_suspend: Whether cw releases the suspended Job itself (False under Kueue, which
             admits the Job instead).
         notices: What cw changed or decided that the user should read before the run starts
@@ -119,6 +124,8 @@ class Plan:
     manifests: list[dict[str, Any]] = field(default_factory=list)
     service_deployments: list[str] = field(default_factory=list)
     trainer_job: str | None = None
+    owner_kind: str = "Job"
+    gang_servers: list[str] = field(default_factory=list)
     managed_suspend: bool = True
     notices: list[str] = field(default_factory=list)
 
@@ -218,8 +225,7 @@ def _env(literal: dict[str, str], secret_refs: dict[str, Any]) -> list[dict[str,
     return env
 
 
-def _multi_node_env(names: dict[str, str], nodes: int) -> list[dict[str, Any]]:
-    master = f"{names['trainer']}-0.{names['nodes']}"
+def _multi_node_env(master: str, nodes: int) -> list[dict[str, Any]]:
     rank_source = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}
     return [
         {"name": NODE_RANK_ENV, "valueFrom": rank_source},
@@ -348,6 +354,41 @@ def _volume_choice(request: RunRequest, framework: BaseTrainingFramework) -> lis
     )
 
 
+def _use_jobset(request: RunRequest, has_services: bool) -> tuple[bool, list[str]]:
+    """Whether the run is a JobSet, and what the user should know about that choice."""
+    cluster = request.config.cluster
+    if request.services_only or request.local:
+        return False, []
+    if cluster.jobset is True:
+        if request.jobset_available is False:
+            raise ConfigError(
+                [f"{request.config.path}: `jobset: true`, but this cluster does not serve JobSet ({JOBSET_API})"],
+                hint="install JobSet (https://jobset.sigs.k8s.io), or set `jobset: auto`",
+            )
+        return True, []
+    if cluster.jobset is False:
+        return False, []
+    wanted = cluster.nodes > 1 or (cluster.queue is not None and has_services)
+    if not wanted:
+        return False, []
+    if request.jobset_available:
+        return True, []
+    if request.jobset_available is None:
+        return False, [
+            "`jobset: auto`: this output shows the run as a Job and Deployments; a launch on a cluster that serves "
+            "JobSet makes it one JobSet (set `jobset: true` to print that form)"
+        ]
+    notes = []
+    if cluster.nodes > 1:
+        notes.append("JobSet is not installed: the nodes run as an indexed Job, and a failed rank fails the run")
+    if cluster.queue is not None and has_services:
+        notes.append(
+            "JobSet is not installed: Kueue admits only the trainer, and the servers take their GPUs outside the "
+            "queue's quota"
+        )
+    return False, notes
+
+
 def build_plan(request: RunRequest) -> Plan:
     """Render every manifest of a run.
 
@@ -392,11 +433,13 @@ def build_plan(request: RunRequest) -> Plan:
     except (ValueError, KeyError) as exc:
         raise ConfigError([f"{path}: {exc}"]) from None
     notices += moved + shipped_notes
+    use_jobset, jobset_notes = _use_jobset(request, bool(services))
+    notices += jobset_notes
     if requirements:
         framework_files[PIP_FILE] = runtime_file(PIP_FILE)
     if not request.services_only:
         framework_files[LAUNCHER_FILE] = runtime_file(LAUNCHER_FILE)
-    if services:
+    if services and not use_jobset:  # a JobSet stops its servers itself
         framework_files[KEEPER_FILE] = runtime_file(KEEPER_FILE)
     taken = sorted({f.key for f in user_shipped} & ({framework.config_file_name} | set(framework_files)))
     if taken:
@@ -457,6 +500,7 @@ def build_plan(request: RunRequest) -> Plan:
         **framework.templates(request.training_type),
     }
     plan = Plan(run_name=request.run_name, managed_suspend=cluster.queue is None, notices=notices)
+    trainer_job: dict[str, Any] | None = None
 
     if not request.services_only:
         identity = {
@@ -480,9 +524,10 @@ def build_plan(request: RunRequest) -> Plan:
             secret_refs,
         )
         if cluster.nodes > 1:
-            trainer_env += _multi_node_env(names, cluster.nodes)
+            master = trainer_address(request.run_name) if use_jobset else f"{names['trainer']}-0.{names['nodes']}"
+            trainer_env += _multi_node_env(master, cluster.nodes)
         job_labels = dict(labels, **{"app.kubernetes.io/component": "trainer"})
-        if cluster.queue:
+        if cluster.queue and not use_jobset:
             job_labels[KUEUE_QUEUE_LABEL] = cluster.queue
         shm_size = _shm_size(cluster.shm_size, cluster.memory)
         volumes, mounts = pod_volumes(cluster, names["config"], config_items, shm_size, trainer=True)
@@ -504,30 +549,30 @@ def build_plan(request: RunRequest) -> Plan:
             "volumes": volumes,
             "volume_mounts": mounts,
         }
-        plan.manifests.append(
-            render_manifest(
-                templates["job"],
-                {
-                    **common,
-                    "job_labels": job_labels,
-                    "nodes": cluster.nodes,
-                    "shm_size": shm_size,
-                    "ttl_seconds": int(math.ceil(cluster.ttl_hours * 3600)),
-                    "trainer": trainer,
-                    "spread_affinity": _spread_affinity(labels),
-                    "wait_containers": [
-                        _wait_container(
-                            service, f"{request.run_name}-{service.role}", image, pull_policy, request.services_timeout_s
-                        )
-                        for service in services
-                    ],
-                },
-                dirs,
-                "Job",
-                names["trainer"],
-            )
+        trainer_job = render_manifest(
+            templates["job"],
+            {
+                **common,
+                "job_labels": job_labels,
+                "nodes": cluster.nodes,
+                "shm_size": shm_size,
+                "ttl_seconds": int(math.ceil(cluster.ttl_hours * 3600)),
+                "trainer": trainer,
+                "spread_affinity": _spread_affinity(labels),
+                "wait_containers": [
+                    _wait_container(
+                        service, f"{request.run_name}-{service.role}", image, pull_policy, request.services_timeout_s
+                    )
+                    for service in services
+                ],
+            },
+            dirs,
+            "Job",
+            names["trainer"],
         )
-        plan.trainer_job = names["trainer"]
+        if not use_jobset:
+            plan.manifests.append(trainer_job)
+            plan.trainer_job = names["trainer"]
 
     plan.manifests.append(
         render_manifest(
@@ -538,15 +583,16 @@ def build_plan(request: RunRequest) -> Plan:
             names["config"],
         )
     )
-    if not request.services_only and cluster.nodes > 1:
+    if not request.services_only and cluster.nodes > 1 and not use_jobset:
         plan.manifests.append(
             render_manifest(templates["headless_service"], common, dirs, "Service", names["nodes"])
         )
     server_names = [f"{request.run_name}-{service.role}" for service in services]
     keeper_account = cluster.service_account or names["keeper"]
-    if services:
+    if services and not use_jobset:
         plan.manifests += _keeper_rbac(request, common, dirs, templates, server_names, keeper_account)
     plan.manifests.append(render_manifest(templates["networkpolicy"], common, dirs, "NetworkPolicy", names["network"]))
+    gang_servers: list[tuple[str, dict[str, Any]]] = []
     for service in services:
         service_name = f"{request.run_name}-{service.role}"
         service_cpu, service_memory = server_requests(service)
@@ -570,10 +616,10 @@ def build_plan(request: RunRequest) -> Plan:
             "affinity": _pack_services_affinity(labels, [s.role for s in services]),
             # For plugin templates written before `volumes`: the claim a server reads, else None.
             "checkpoint_volume": cluster.checkpoint_claim if reads_checkpoints else None,
-            "volumes": [*volumes, token_volume()],
+            "volumes": volumes if use_jobset else [*volumes, token_volume()],
             "volume_mounts": mounts,
-            "service_account": keeper_account,
-            "sidecars": [
+            "service_account": cluster.service_account if use_jobset else keeper_account,
+            "sidecars": [] if use_jobset else [
                 keeper_container(
                     service.image,
                     pull_policy,
@@ -588,11 +634,27 @@ def build_plan(request: RunRequest) -> Plan:
                 {LIFETIME_ANNOTATION: str(request.services_lifetime_s)} if request.services_lifetime_s else {}
             ),
         }
-        plan.manifests.append(
-            render_manifest(templates["deployment"], {**common, "service": service_view}, dirs, "Deployment", service_name)
+        deployment = render_manifest(
+            templates["deployment"], {**common, "service": service_view}, dirs, "Deployment", service_name
         )
+        if use_jobset:
+            if not cluster.service_account:
+                deployment["spec"]["template"]["spec"].pop("serviceAccountName", None)
+            gang_servers.append((service.role, deployment))
+        else:
+            plan.manifests.append(deployment)
+            plan.service_deployments.append(service_name)
         plan.manifests.append(
             render_manifest(templates["service"], {**common, "service": service_view}, dirs, "Service", service_name)
         )
-        plan.service_deployments.append(service_name)
+    if use_jobset and trainer_job is not None:
+        jobset_labels = dict(labels, **{"app.kubernetes.io/component": "trainer"})
+        if cluster.queue:
+            jobset_labels[KUEUE_QUEUE_LABEL] = cluster.queue
+        plan.manifests.insert(0, gang(request.run_name, jobset_labels, trainer_job, gang_servers, cluster.max_restarts))
+        plan.trainer_job = request.run_name
+        plan.owner_kind = "JobSet"
+        plan.gang_servers = [role for role, _ in gang_servers]
+    elif request.services_only:
+        plan.owner_kind = "ConfigMap"
     return plan

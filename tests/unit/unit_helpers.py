@@ -59,6 +59,7 @@ def plan_for(
     namespace: str | None = None,
     services_lifetime_s: int | None = None,
     services_timeout_s: int | None = None,
+    jobset_available: bool | None = None,
     **flags: Any,
 ):
     """Load, validate and render a run, as ``cw <framework> <type> PATH --dry-run`` does."""
@@ -77,6 +78,7 @@ def plan_for(
             # --services needs a lifetime; tests about something else get one day
             services_lifetime_s=services_lifetime_s or (86400 if services_only else None),
             **({"services_timeout_s": services_timeout_s} if services_timeout_s else {}),
+            jobset_available=jobset_available,
         )
     )
 
