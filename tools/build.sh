@@ -2,7 +2,7 @@
 # Build the local test cluster binaries (kube-apiserver, kube-controller-manager,
 # kube-scheduler, etcd, kwok) from the pinned Go builder modules in tools/*/.
 #
-# Usage: tools/build.sh [all|k8s|etcd|kwok|kueue|check]...   (all: the control plane and kwok; kueue is optional)
+# Usage: tools/build.sh [all|k8s|etcd|kwok|kueue|jobset|check]...   (all: the control plane and kwok; kueue and jobset are optional)
 #   check: verify tools/*/go.mod pin the versions of versions.env (no build)
 # Output: ${CW_CACHE_DIR:-~/.cache/cw}/bin/<component>-<version>/<binary>
 # Only missing binaries are built (a warm run takes well under a second).
@@ -74,6 +74,25 @@ build_kueue() {
   rm -rf "${out}"; mv "${out}.tmp" "${out}"
 }
 
+# JobSet (optional: `cw cluster up --kueue` runs it beside Kueue). Built from its module unchanged:
+# its configuration file turns its own certificate management off and names the webhook and
+# metrics certificate folders. Its CRDs, its webhook manifests and the kustomize patches that
+# give its pod webhooks their objectSelector (the raw manifests have none) are copied beside it.
+build_jobset() {
+  local out="${cache}/jobset-${JOBSET_VERSION}"
+  if [[ -z "${CW_FORCE_BUILD:-}" && -x "${out}/jobset" && -f "${out}/webhooks.yaml" ]]; then return 0; fi
+  rm -rf "${out}.tmp"; mkdir -p "${out}.tmp/crds" "${out}.tmp/webhook-patches"
+  (cd "${here}/jobset" && go build -trimpath \
+      -ldflags "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=${JOBSET_VERSION}" \
+      -o "${out}.tmp/jobset" sigs.k8s.io/jobset)
+  local src; src="$(cd "${here}/jobset" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)"
+  cp "${src}"/config/components/crd/bases/*.yaml "${out}.tmp/crds/"
+  cp "${src}/config/components/webhook/manifests.yaml" "${out}.tmp/webhooks.yaml"
+  cp -r "${src}/config/components/webhook/kustomization.yaml" "${src}/config/components/webhook/patches" "${out}.tmp/webhook-patches/"
+  chmod -R u+w "${out}.tmp"  # files copied from the read-only module cache
+  rm -rf "${out}"; mv "${out}.tmp" "${out}"
+}
+
 check() {
   local bad=0
   grep -q "^require k8s.io/kubernetes ${KUBERNETES_VERSION}\$" "${here}/k8s/go.mod" || { echo "tools/k8s/go.mod does not require k8s.io/kubernetes ${KUBERNETES_VERSION}" >&2; bad=1; }
@@ -84,6 +103,7 @@ check() {
   grep -q "^require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}\$" "${here}/etcd/go.mod" || { echo "tools/etcd/go.mod does not require etcd ${ETCD_VERSION}" >&2; bad=1; }
   grep -q "^require sigs.k8s.io/kwok ${KWOK_VERSION}\$" "${here}/kwok/go.mod" || { echo "tools/kwok/go.mod does not require kwok ${KWOK_VERSION}" >&2; bad=1; }
   grep -q "^require sigs.k8s.io/kueue ${KUEUE_VERSION}\$" "${here}/kueue/go.mod" || { echo "tools/kueue/go.mod does not require kueue ${KUEUE_VERSION}" >&2; bad=1; }
+  grep -q "^require sigs.k8s.io/jobset ${JOBSET_VERSION}\$" "${here}/jobset/go.mod" || { echo "tools/jobset/go.mod does not require jobset ${JOBSET_VERSION}" >&2; bad=1; }
   return $bad
 }
 
@@ -95,7 +115,8 @@ for t in "${targets[@]}"; do
     etcd) build_etcd ;;
     kwok) build_kwok ;;
     kueue) build_kueue ;;
-    check) check && echo "versions consistent: k8s ${KUBERNETES_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, kueue ${KUEUE_VERSION}" ;;
+    jobset) build_jobset ;;
+    check) check && echo "versions consistent: k8s ${KUBERNETES_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, kueue ${KUEUE_VERSION}, jobset ${JOBSET_VERSION}" ;;
     *) echo "unknown target: $t" >&2; exit 2 ;;
   esac
 done

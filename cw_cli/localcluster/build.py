@@ -1,7 +1,8 @@
 """Build (or find cached) control-plane binaries, keyed by version.
 
 Layout: <cache>/bin/kubernetes-<v>/{kube-apiserver,kube-controller-manager,kube-scheduler},
-<cache>/bin/etcd-<v>/etcd, <cache>/bin/kwok-<v>/kwok. The actual `go build` lines live in
+<cache>/bin/etcd-<v>/etcd, <cache>/bin/kwok-<v>/kwok; the optional <cache>/bin/kueue-<v>/kueue and
+<cache>/bin/jobset-<v>/jobset (with their CRDs and webhook manifests). The actual `go build` lines live in
 tools/build.sh (one implementation for CI and Python); this module only decides what is missing,
 runs it, and times it.
 """
@@ -20,13 +21,14 @@ from .errors import BuildError, LocalClusterError
 from .paths import Versions, cache_dir, load_versions, tools_dir
 
 COMPONENTS = ("etcd", "kwok", "k8s")
-OPTIONAL = ("kueue",)  # built only when asked for (`cw cluster up --kueue`)
+OPTIONAL = ("jobset", "kueue")  # built only when asked for (`cw cluster up --kueue` runs both)
 
 _BINARIES = {
     "etcd": ("etcd",),
     "kwok": ("kwok",),
     "k8s": ("kube-apiserver", "kube-controller-manager", "kube-scheduler"),
     "kueue": ("kueue",),
+    "jobset": ("jobset",),
 }
 
 
@@ -50,8 +52,8 @@ def _component_dir(bin_root: Path, component: str, versions: Versions) -> Path:
         return bin_root / f"kubernetes-{versions.kubernetes}"
     if component == "etcd":
         return bin_root / f"etcd-{versions.etcd}"
-    if component == "kueue":
-        return bin_root / f"kueue-{versions.kueue}"
+    if component in ("kueue", "jobset"):
+        return bin_root / f"{component}-{getattr(versions, component)}"
     return bin_root / f"kwok-{versions.kwok}"
 
 
@@ -92,7 +94,7 @@ def ensure_binaries(
 
     Cold: 10-30 min on 2 cores (needs `go` and the Go module proxy). Warm: no build, milliseconds.
     `on_build_start(component)` is called before each build (for progress display); `optional`
-    names components of OPTIONAL to build too (e.g. ``("kueue",)``).
+    names components of OPTIONAL to build too (e.g. ``("jobset", "kueue")``).
     Raises BuildError (with the log path) when a build fails.
     """
     cache = cache or cache_dir()

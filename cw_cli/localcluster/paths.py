@@ -61,6 +61,7 @@ class Versions:
     etcd: str
     kwok: str
     kueue: str = ""  # optional component (cw cluster up --kueue)
+    jobset: str = ""  # optional component, started with Kueue
 
 
 def load_versions() -> Versions:
@@ -75,7 +76,8 @@ def load_versions() -> Versions:
         values[k.strip()] = v.strip().strip('"')
     try:
         return Versions(
-            values["KUBERNETES_VERSION"], values["ETCD_VERSION"], values["KWOK_VERSION"], values.get("KUEUE_VERSION", "")
+            values["KUBERNETES_VERSION"], values["ETCD_VERSION"], values["KWOK_VERSION"],
+            values.get("KUEUE_VERSION", ""), values.get("JOBSET_VERSION", ""),
         )
     except KeyError as e:
         raise LocalClusterError(f"{path}: missing {e.args[0]}") from None
