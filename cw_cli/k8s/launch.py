@@ -268,12 +268,13 @@ def launch(
 ) -> LaunchResult:
     """Create every object of the plan, or none.
 
-    The first manifest is the owner (the trainer Job, or the ConfigMap with ``--services``);
+    The first manifest is the owner (the trainer Job or the run's JobSet, or the ConfigMap with
+    ``--services``);
     every other object gets an ownerReference to it, so deleting it removes the run. Objects are
     created, never applied over: of two launches racing for one run name the API server lets
     exactly one create the owner, and the other stops with a Conflict having created nothing.
 
-    The Job is created suspended, so no pod starts before the ConfigMap it mounts exists, and
+    The Job (or JobSet) is created suspended, so no pod starts before the ConfigMap it mounts exists, and
     released as soon as every object is in place (unless Kueue admits it). From then on the run
     needs no cw: the trainer's init containers wait in the cluster for the servers. cw still
     watches the servers become Ready to report progress; if they are not Ready in time, if
