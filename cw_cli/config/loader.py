@@ -169,6 +169,8 @@ def load_run_config(
     for name, value in (flags or FlagOverrides()).given().items():
         cluster_part[name] = value
         origins[name] = f"--{name}"
+        if name == "image" and (problem := image_problem(value)):
+            issues.append(f"--image: {problem}")
     native = deep_merge(framework.native_defaults(training_type), native)
     native, upgraded = framework.upgrade_config(native, training_type)
     notices += upgraded

@@ -42,7 +42,7 @@ def image_problem(value: object) -> str | None:
 
     An image reference has no whitespace at all: a stray newline or space is a copy-paste accident
     the kubelet would only report as a failed pull once the pod is scheduled. The ``--image`` flag
-    is taken as typed (it stays one value in the manifests, whatever it holds).
+    is checked the same way.
     """
     if isinstance(value, str) and (not value or any(ch.isspace() or not ch.isprintable() for ch in value)):
         shown = value if len(value) <= 60 else value[:60] + "..."

@@ -7,6 +7,9 @@ import json
 import pytest
 import yaml
 
+from cw_cli.config.models import image_problem
+from cw_cli.errors import ConfigError
+
 from unit_helpers import container, env_map, kinds_and_names, mounted_config, obj, plan_for, pod_spec, reparse, write_config
 
 RUN = "golden-run"
@@ -96,7 +99,8 @@ def test_hostile_node_selector_toleration_and_image_stay_in_place(tmp_path, base
         "tolerations": [{"key": "k", "operator": "Equal", "value": value, "effect": "NoSchedule"}],
         "secrets": {"TOKEN": {"name": "hf-token", "key": value or "x"}},
     }
-    plan = plan_for("trl", "grpo", _write(tmp_path, data), image=value or "img")
+    image = value if value and not image_problem(value) else "img"  # --image refuses whitespace (below)
+    plan = plan_for("trl", "grpo", _write(tmp_path, data), image=image)
     _check_structure(plan, baseline)
     parsed = reparse(plan)
     for manifest in (parsed[0], obj(parsed, "Deployment", f"{RUN}-server")):
@@ -104,7 +108,7 @@ def test_hostile_node_selector_toleration_and_image_stay_in_place(tmp_path, base
         assert spec["nodeSelector"] == {"pool": value}
         assert spec["tolerations"] == [{"key": "k", "operator": "Equal", "value": value, "effect": "NoSchedule"}]
     trainer = container(parsed[0], "trainer")
-    assert trainer["image"] == (value or "img")
+    assert trainer["image"] == image
     assert env_map(trainer)["TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": value or "x"}}
 
 
@@ -220,3 +224,10 @@ def test_template_expression_in_key_position_cannot_inject(tmp_path, value):
     text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  labels: {a: {{ value }}}\ndata:\n  k: {{ value }}\n"
     manifest = _render(tmp_path, text, context={"value": value})
     assert manifest["data"] == {"k": value} and manifest["metadata"]["labels"] == {"a": value}
+
+
+@pytest.mark.parametrize("value", ["trainer:1.0\n  privileged: true", "img 1", "img\t", ""])
+def test_image_flag_with_whitespace_is_refused_naming_the_flag(tmp_path, value):
+    with pytest.raises(ConfigError) as caught:
+        plan_for("trl", "sft", _write(tmp_path, BASE), image=value)
+    assert any(issue.startswith("--image: ") and "not an image reference" in issue for issue in caught.value.issues)
