@@ -33,7 +33,8 @@ def up_cmd(
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=_STATE_HELP),
     build: bool = typer.Option(True, "--build/--no-build", help="Build missing binaries with Go."),
     timeout: float = typer.Option(180.0, "--timeout", help="Seconds to wait for the cluster."),
-    kueue: bool = typer.Option(False, "--kueue", help="Also run Kueue, with ClusterQueue cw-gpus and LocalQueue cw."),
+    kueue: bool = typer.Option(False, "--kueue", help="Also run Kueue and JobSet (Kueue's JobSet integration on), "
+                               "with ClusterQueue cw-gpus and LocalQueue cw."),
 ) -> None:
     """Build (if needed) and start the local cluster; set kubectl context cw-local."""
     from cw_cli import localcluster as lc

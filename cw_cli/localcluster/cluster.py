@@ -31,13 +31,14 @@ from .kubeconfig import (
 )
 from .paths import cluster_resources_dir, default_cluster_dir
 from .pki import Pki, generate_pki, load_pki
-from . import kueue
+from . import jobset, kueue
 from .volumes import DEFAULT_CLAIM, DEFAULT_NAMESPACE, volume_manifests
 
 MARKER = ".cw-local-cluster"
 STATE_FILE = "cluster.json"
 # Start order; stop order is the reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+QUEUEING = ("jobset", "kueue")  # optional components `up(kueue=True)` builds and starts, in this order
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"  # data only: pod IPs written by kwok are never reachable
 STAGES = ("node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete",
@@ -318,10 +319,10 @@ def up(
     if info is not None:
         st = status(state)
         if st.running:
-            if kueue and "kueue" not in {r.name for r in procs.load_records(state / "pids")}:
+            if kueue and not set(QUEUEING) <= {r.name for r in procs.load_records(state / "pids")}:
                 raise LocalClusterError(
-                    "the running local cluster has no Kueue; stop it with `cw cluster down`, then "
-                    "`cw cluster up --kueue`")
+                    "the running local cluster has no Kueue and JobSet; stop it with `cw cluster down`, "
+                    "then `cw cluster up --kueue`")
             pki = load_pki(state / "pki")
             # Top up nodes if more were asked for than exist (never removes nodes).
             api = _Api(info.server, pki)
@@ -348,9 +349,9 @@ def up(
     t_build = time.monotonic()
     if build:
         bins = ensure_binaries(on_build_start=lambda c: say(f"building {c} (cold build, minutes)"),
-                               optional=("kueue",) if kueue else ())
+                               optional=QUEUEING if kueue else ())
     else:
-        missing = missing_components(optional=("kueue",) if kueue else ())
+        missing = missing_components(optional=QUEUEING if kueue else ())
         if missing:
             raise LocalClusterError(
                 f"cluster binaries missing ({', '.join(missing)}); run without --no-build")
@@ -538,10 +539,13 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
             raise StartError(f"creating {body['kind']} {body['metadata']['name']} failed ({code}): {raw[:300]!r}")
 
     if with_kueue:
+        # KWOK's serving certificate is valid for 127.0.0.1, where JobSet and Kueue serve their
+        # webhooks too. JobSet first: Kueue sets up its JobSet integration only if the CRD is served.
+        serving = (pki.kwok_serving.cert, pki.kwok_serving.key)
+        jobset.start(api, state, kc["admin"], serving, pki.ca.cert, tuple(_free_ports(3)), spawn, wait, say)
         nodes = (api.get_json("/api/v1/nodes") or {}).get("items", [])
         kueue.start(
-            # KWOK's serving certificate is valid for 127.0.0.1, where Kueue serves its webhooks too.
-            api, state, kc["admin"], (pki.kwok_serving.cert, pki.kwok_serving.key), pki.ca.cert,
+            api, state, kc["admin"], serving, pki.ca.cert,
             tuple(_free_ports(3)), kueue.capacity_of(nodes), spawn, wait, say,
         )
 

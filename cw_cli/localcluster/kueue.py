@@ -3,10 +3,14 @@
 The API server must call Kueue's admission webhooks, and a Service in front of a process on this
 machine is not an address it can reach. So Kueue serves its webhooks on 127.0.0.1 with the local
 cluster's serving certificate, and its own webhook manifests are installed with
-``clientConfig.url`` pointing there and the cluster CA as ``caBundle``: every webhook Kueue needs
-for Jobs and its own objects stays on, with ``failurePolicy`` as shipped. Kueue's own certificate
-management is off (it would issue certificates for the Service name); its aggregated visibility
-API is off too (an APIService can only name a Service).
+``clientConfig.url`` pointing there and the cluster CA as ``caBundle`` (:mod:`.controllers`):
+every webhook Kueue needs for Jobs, JobSets and its own objects stays on, with ``failurePolicy``
+as shipped. Kueue's own certificate management is off (it would issue certificates for the
+Service name); its aggregated visibility API is off too (an APIService can only name a Service).
+
+JobSet (:mod:`.jobset`) is started first, so its CRD is served when Kueue starts and Kueue sets
+up its ``jobset.x-k8s.io/jobset`` integration at once (with the CRD missing it would defer it and
+poll with a back-off of up to 2 minutes).
 
 Then one ResourceFlavor, a ClusterQueue ``cw-gpus`` whose quota is the fake nodes' allocatable
 CPU, memory and GPUs, and a LocalQueue ``cw`` in namespace default; :func:`local_queue` gives the
@@ -17,12 +21,12 @@ from __future__ import annotations
 
 import os
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
+from . import controllers
 from .errors import StartError
 from .paths import cache_dir, load_versions
 
@@ -31,8 +35,10 @@ CLUSTER_QUEUE = "cw-gpus"
 LOCAL_QUEUE = "cw"
 FLAVOR = "default"
 NAMESPACE = "kueue-system"
-#: Webhooks kept from Kueue's manifests: Jobs (the integration cw uses) and Kueue's own objects.
-WEBHOOK_PATHS = ("-batch-v1-job", "-kueue-x-k8s-io-")
+#: Webhooks kept from Kueue's manifests: Jobs and JobSets (its integrations here) and Kueue's own objects.
+WEBHOOK_PATHS = ("-batch-v1-job", "-jobset-x-k8s-io-", "-kueue-x-k8s-io-")
+#: Kueue's integrations: batch/v1 Jobs (cw's runs) and JobSets (the JobSet controller runs too).
+FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
 COVERED = ("cpu", "memory", "nvidia.com/gpu")
 
 
@@ -43,21 +49,9 @@ def kueue_dir(cache: Path | None = None) -> Path:
 
 def webhook_configurations(manifests: str, port: int, ca_pem: bytes) -> list[dict[str, Any]]:
     """Kueue's webhook configurations, reached at https://127.0.0.1:<port> instead of a Service."""
-    import base64
-
-    bundle = base64.b64encode(ca_pem).decode()
-    configurations = []
-    for document in yaml.safe_load_all(manifests):
-        if not document:
-            continue
-        hooks = []
-        for hook in document["webhooks"]:
-            path = hook["clientConfig"]["service"]["path"]
-            if any(marker in path for marker in WEBHOOK_PATHS):
-                hooks.append({**hook, "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}})
-        metadata = {"name": f"kueue-{document['metadata']['name']}"}
-        configurations.append({**document, "metadata": metadata, "webhooks": hooks})
-    return configurations
+    return controllers.webhook_configurations(
+        yaml.safe_load_all(manifests), port, ca_pem, "kueue", lambda path: any(m in path for m in WEBHOOK_PATHS)
+    )
 
 
 def configuration(webhook_port: int, health_port: int, metrics_port: int, cert_dir: Path) -> dict[str, Any]:
@@ -71,7 +65,7 @@ def configuration(webhook_port: int, health_port: int, metrics_port: int, cert_d
         "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
-        "integrations": {"frameworks": ["batch/job"]},
+        "integrations": {"frameworks": list(FRAMEWORKS)},
     }
 
 
@@ -143,54 +137,27 @@ def start(
     if not os.access(home / "kueue", os.X_OK):
         raise StartError(f"Kueue is not built ({home}); run `bash tools/build.sh kueue` (a few minutes)")
 
-    def create(path: str, body: dict[str, Any]) -> None:
-        code, raw = api.request("POST", path, body, timeout=30)
-        if code not in (201, 409):
-            raise StartError(f"creating {body['kind']} {body['metadata']['name']} failed ({code}): {raw[:300]!r}")
-
     say("installing Kueue's CRDs")
-    names = []
-    for crd in sorted((home / "crds").glob("*.yaml")):
-        body = yaml.safe_load(crd.read_text(encoding="utf-8"))
-        create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body)
-        names.append(body["metadata"]["name"])
-
-    def established(name: str) -> bool:
-        crd = api.get_json(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") or {}
-        conditions = (crd.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    for name in names:  # Kueue looks its kinds up once, at start
-        wait(f"CRD {name} to be established", lambda name=name: established(name))
-    create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    controllers.install_crds(api, home / "crds", wait)
+    controllers.create(api, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
 
     folder = state / "kueue"
-    certs = folder / "certs"
-    certs.mkdir(parents=True, exist_ok=True)
-    cert, key = serving_cert
-    for target in ("tls.crt", "tls.key"):
-        (certs / target).write_bytes((cert if target == "tls.crt" else key).read_bytes())
+    certs = controllers.serving_cert_dir(folder, serving_cert)
     webhook_port, health_port, metrics_port = ports
     (folder / "config.yaml").write_text(
         yaml.safe_dump(configuration(webhook_port, health_port, metrics_port, certs)), encoding="utf-8"
     )
-    for webhook in webhook_configurations((home / "webhooks.yaml").read_text(), webhook_port, ca_cert.read_bytes()):
-        plural = "mutatingwebhookconfigurations" if webhook["kind"].startswith("Mutating") else "validatingwebhookconfigurations"
-        create(f"/apis/admissionregistration.k8s.io/v1/{plural}", webhook)
+    manifests = (home / "webhooks.yaml").read_text(encoding="utf-8")
+    webhooks = webhook_configurations(manifests, webhook_port, ca_cert.read_bytes())
+    controllers.install_webhooks(api, webhooks)
 
     say("starting Kueue")
     env = {**os.environ, "KUBECONFIG": str(admin_kubeconfig), "CW_KUEUE_METRICS_CERTS": str(certs)}
     spawn("kueue", [str(home / "kueue"), f"--config={folder / 'config.yaml'}",
                     "--feature-gates=VisibilityOnDemand=false"], env)  # fmt: skip
 
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/readyz", timeout=2):
-                return True
-        except OSError:
-            return False
-
-    wait("Kueue to be ready", ready)
+    wait("Kueue to be ready", lambda: controllers.http_ok(f"http://127.0.0.1:{health_port}/readyz"))
+    wait("Kueue to serve its webhooks", lambda: controllers.webhooks_served(webhooks, ca_cert))
     cpu, memory, gpus = capacity
     for body in queue_manifests(cpu, memory, gpus):
         namespace = body["metadata"].get("namespace")

@@ -5,6 +5,9 @@ otherwise starts cw's local cluster (cw_cli.localcluster) in a temp state dir wi
 kubeconfig file (never ~/.kube/config), and stops it (by PID) at the end; a watchdog stops it
 too if pytest is killed. A cluster that cannot start fails the tests. Env: CW_TEST_GPU_NODES
 (default 2 fake 8-GPU nodes, plus 1 CPU node), CW_TEST_CLUSTER_TIMEOUT (start timeout, 180 s).
+`kueue_cluster` (session): a second local cluster with the real JobSet and Kueue controllers
+(`up(kueue=True)`), started once for every module that asks for it; those tests run last, so it
+overlaps the rest of the session as little as possible.
 Every test in this folder is marked `cluster`.
 """
 
@@ -29,6 +32,8 @@ def pytest_collection_modifyitems(config, items):
             continue
         if _HERE == path.parent or _HERE in path.parents:
             item.add_marker(pytest.mark.cluster)
+    # The Kueue cluster lives until the session ends: start it only after the other tests ran.
+    items.sort(key=lambda item: "kueue_cluster" in getattr(item, "fixturenames", ()))
 
 
 @dataclass
@@ -71,6 +76,31 @@ def kube_cluster(tmp_path_factory) -> KubeCluster:
           f"(build {info.build_seconds}s, start {info.start_seconds}s)")
     try:
         yield KubeCluster(kubeconfig, lc.CONTEXT, info.server, state, info)
+    finally:
+        lc.down(state_dir=state)
+
+
+@pytest.fixture(scope="session")
+def kueue_cluster(tmp_path_factory) -> Path:
+    """Kubeconfig (context cw-local) of a local cluster running JobSet and Kueue.
+
+    Kueue's ClusterQueue `cw-gpus` holds the two fake nodes' 16 GPUs; LocalQueue `cw` feeds it
+    in namespace default (`cw_cli.localcluster.kueue.local_queue(ns)` for another namespace).
+    """
+    from cw_cli import localcluster as lc
+
+    base = tmp_path_factory.mktemp("kueue-cluster")
+    state, kubeconfig = base / "state", base / "kubeconfig"
+    started = time.monotonic()
+    try:
+        lc.up(state_dir=state, kubeconfig=kubeconfig, gpu_nodes=2, cpu_nodes=1, kueue=True,
+              timeout=float(os.environ.get("CW_TEST_CLUSTER_TIMEOUT", "180")),
+              set_current_context=False, owner_pid=os.getpid())
+    except lc.LocalClusterError as e:
+        pytest.fail(f"local cluster with JobSet and Kueue did not start: {e}", pytrace=False)
+    print(f"\nlocal cluster with JobSet and Kueue up in {time.monotonic() - started:.1f}s")
+    try:
+        yield kubeconfig
     finally:
         lc.down(state_dir=state)
 

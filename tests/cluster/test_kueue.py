@@ -1,15 +1,14 @@
 """Runs with `queue:` through the real Kueue controller (`cw cluster up --kueue`).
 
-A cluster of its own for this module: the local control plane plus Kueue v0.15 (built from its
-Go module by tools/build.sh kueue), whose webhooks the real API server calls on 127.0.0.1. The
-ClusterQueue `cw-gpus` holds the two fake nodes' 16 GPUs.
+On the `kueue_cluster` of conftest.py (shared with test_jobset_controller.py): the local control
+plane plus Kueue v0.15 and JobSet (built from their Go modules by tools/build.sh), whose webhooks
+the real API server calls on 127.0.0.1. The ClusterQueue `cw-gpus` holds the two fake nodes' 16 GPUs.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -20,22 +19,6 @@ from test_cw_end_to_end import SFT_CONFIG, run_cw, write_config
 
 #: Trainer pods run this long under KWOK, so three 8-GPU runs overlap on 16 GPUs.
 RUNNING = {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "20s"}}
-
-
-@pytest.fixture(scope="module")
-def kueue_cluster(tmp_path_factory):
-    from cw_cli import localcluster as lc
-
-    base = tmp_path_factory.mktemp("kueue-cluster")
-    state, kubeconfig = base / "state", base / "kubeconfig"
-    started = time.monotonic()
-    info = lc.up(state_dir=state, kubeconfig=kubeconfig, gpu_nodes=2, cpu_nodes=1, kueue=True,
-                 set_current_context=False, owner_pid=os.getpid())  # fmt: skip
-    print(f"\nlocal cluster with Kueue up in {time.monotonic() - started:.1f}s")
-    try:
-        yield kubeconfig
-    finally:
-        lc.down(state_dir=state)
 
 
 @pytest.fixture

@@ -22,14 +22,17 @@ webhooks:
 - name: mclusterqueue.kb.io
   clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate-kueue-x-k8s-io-v1beta2-clusterqueue}}
   failurePolicy: Fail
+- name: mjobset.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate-jobset-x-k8s-io-v1alpha2-jobset}}
+  failurePolicy: Fail
 """
 
 
-def test_kueues_webhooks_for_jobs_and_its_own_objects_are_called_on_127_0_0_1_with_the_cluster_ca():
+def test_kueues_webhooks_for_jobs_jobsets_and_its_own_objects_are_called_on_127_0_0_1_with_the_cluster_ca():
     (config,) = webhook_configurations(MANIFESTS, 9443, b"PEM")
     assert config["metadata"] == {"name": "kueue-mutating-webhook-configuration"}
     hooks = {h["name"]: h for h in config["webhooks"]}
-    assert set(hooks) == {"mjob.kb.io", "mclusterqueue.kb.io"}  # no webhook for an integration that is off
+    assert set(hooks) == {"mjob.kb.io", "mclusterqueue.kb.io", "mjobset.kb.io"}  # none for an integration that is off
     assert hooks["mjob.kb.io"]["clientConfig"] == {
         "url": "https://127.0.0.1:9443/mutate-batch-v1-job", "caBundle": base64.b64encode(b"PEM").decode()
     }
@@ -51,4 +54,4 @@ def test_kueue_runs_without_its_own_certificates_and_serves_webhooks_on_loopback
     config = configuration(9443, 8081, 8443, tmp_path)
     assert config["internalCertManagement"] == {"enable": False}
     assert config["webhook"] == {"host": "127.0.0.1", "port": 9443, "certDir": str(tmp_path)}
-    assert config["integrations"]["frameworks"] == ["batch/job"]
+    assert config["integrations"]["frameworks"] == ["batch/job", "jobset.x-k8s.io/jobset"]

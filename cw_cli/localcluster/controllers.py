@@ -1,0 +1,205 @@
+"""What Kueue and JobSet share on the local cluster: controllers run as local processes.
+
+Both ship a controller-runtime manager, CRDs and admission webhooks meant for a Deployment behind
+a Service. Here the API server must reach a process on 127.0.0.1, so their own webhook manifests
+are installed with ``clientConfig.url: https://127.0.0.1:<port><path>`` and the cluster CA as
+``caBundle`` (a Service in front of a local process is not an address the API server can reach);
+everything else in them (rules, selectors, ``failurePolicy``) stays as shipped.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import yaml
+
+from .errors import StartError
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def create(api: Any, path: str, body: dict[str, Any]) -> None:
+    """POST one object; an existing one (409) is fine.
+
+    Raises:
+        StartError: The API server refused it.
+    """
+    code, raw = api.request("POST", path, body, timeout=30)
+    if code not in (201, 409):
+        raise StartError(f"creating {body['kind']} {body['metadata']['name']} failed ({code}): {raw[:300]!r}")
+
+
+def established(api: Any, name: str) -> bool:
+    """Whether the CRD ``name`` serves its kind (condition Established)."""
+    crd = api.get_json(f"{CRDS}/{name}") or {}
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+def install_crds(api: Any, folder: Path, wait: Callable[[str, Callable[[], bool]], None]) -> list[str]:
+    """Create every CRD in ``folder/*.yaml`` and wait until all are Established.
+
+    Controllers look their kinds up when they start: a CRD that is not served yet by then makes
+    Kueue defer (and back off on) that integration, and JobSet's watches fail.
+
+    Returns:
+        The CRDs' names.
+    """
+    names = []
+    for path in sorted(folder.glob("*.yaml")):
+        body = yaml.safe_load(path.read_text(encoding="utf-8"))
+        create(api, CRDS, body)
+        names.append(body["metadata"]["name"])
+    for name in names:
+        wait(f"CRD {name} to be established", lambda name=name: established(api, name))
+    return names
+
+
+def _pointer(path: str) -> list[str | int]:
+    parts: list[str | int] = []
+    for token in path.lstrip("/").split("/"):
+        token = token.replace("~1", "/").replace("~0", "~")
+        parts.append(int(token) if token.isdigit() else token)
+    return parts
+
+
+def apply_json_patch(document: dict[str, Any], operations: list[dict[str, Any]]) -> dict[str, Any]:
+    """A copy of ``document`` with RFC 6902 ``add``/``replace``/``remove`` operations applied.
+
+    Enough for the kustomize patches controllers ship for their webhook manifests.
+
+    Raises:
+        StartError: An operation this does not know, or a path that is not there.
+    """
+    result = copy.deepcopy(document)
+    for operation in operations:
+        *parents, last = _pointer(operation["path"])
+        try:
+            target: Any = result
+            for part in parents:
+                target = target[part]
+            if operation["op"] == "replace":
+                target[last]  # noqa: B018 - replace needs an existing member
+                target[last] = operation["value"]
+            elif operation["op"] == "add":
+                if isinstance(target, list):
+                    target.insert(len(target) if last == "-" else int(last), operation["value"])
+                else:
+                    target[last] = operation["value"]
+            elif operation["op"] == "remove":
+                del target[last]
+            else:
+                raise StartError(f"unsupported patch operation {operation['op']!r}")
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise StartError(f"patch {operation['op']} {operation['path']} does not apply: {e}") from None
+    return result
+
+
+def kustomize_json_patches(documents: list[dict[str, Any]], folder: Path) -> list[dict[str, Any]]:
+    """Apply the JSON 6902 patches a kustomization.yaml in ``folder`` lists (``path`` + ``target``).
+
+    Inline strategic-merge patches (``patch:``) are not applied; the webhooks they touch must be
+    left out by the caller.
+    """
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text(encoding="utf-8")) or {}
+    result = documents
+    for entry in kustomization.get("patches") or []:
+        if "path" not in entry or "target" not in entry:
+            continue
+        target = entry["target"]
+        operations = yaml.safe_load((folder / entry["path"]).read_text(encoding="utf-8"))
+        result = [
+            apply_json_patch(d, operations)
+            if d.get("kind") == target.get("kind") and d["metadata"]["name"] == target.get("name")
+            else d
+            for d in result
+        ]
+    return result
+
+
+def webhook_configurations(
+    documents: Iterable[dict[str, Any] | None],
+    port: int,
+    ca_pem: bytes,
+    prefix: str,
+    keep: Callable[[str], bool] = lambda _path: True,
+) -> list[dict[str, Any]]:
+    """Webhook configurations reached at https://127.0.0.1:<port><path> instead of a Service.
+
+    Args:
+        documents: The controller's Mutating/ValidatingWebhookConfigurations.
+        port: Where the controller serves its webhooks on 127.0.0.1.
+        ca_pem: The CA that signed the controller's serving certificate.
+        prefix: Put before each configuration's name (``mutating-webhook-configuration`` is
+            every kubebuilder project's name; kustomize's namePrefix does the same upstream).
+        keep: Which webhooks to install, by path.
+    """
+    bundle = base64.b64encode(ca_pem).decode()
+    configurations = []
+    for document in documents:
+        if not document:
+            continue
+        hooks = []
+        for hook in document["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            if keep(path):
+                hooks.append({**hook, "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}})
+        metadata = {"name": f"{prefix}-{document['metadata']['name']}"}
+        configurations.append({**document, "metadata": metadata, "webhooks": hooks})
+    return configurations
+
+
+def install_webhooks(api: Any, configurations: list[dict[str, Any]]) -> None:
+    """Create the webhook configurations (already pointed at 127.0.0.1)."""
+    for webhook in configurations:
+        plural = "mutatingwebhookconfigurations" if webhook["kind"].startswith("Mutating") else "validatingwebhookconfigurations"
+        create(api, f"/apis/admissionregistration.k8s.io/v1/{plural}", webhook)
+
+
+def serving_cert_dir(folder: Path, serving_cert: tuple[Path, Path]) -> Path:
+    """``folder/certs`` with tls.crt and tls.key (controller-runtime's names) from ``serving_cert``."""
+    certs = folder / "certs"
+    certs.mkdir(parents=True, exist_ok=True)
+    cert, key = serving_cert
+    (certs / "tls.crt").write_bytes(cert.read_bytes())
+    (certs / "tls.key").write_bytes(key.read_bytes())
+    return certs
+
+
+def http_ok(url: str) -> bool:
+    """Whether ``url`` answers 2xx (a controller's /readyz on its health port)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def webhooks_served(configurations: list[dict[str, Any]], ca_cert: Path) -> bool:
+    """Whether the controller answers on every webhook path of ``configurations`` (over TLS, as
+    the API server will).
+
+    controller-runtime managers register webhook handlers from a goroutine while the server
+    starts, so /readyz can be true a moment before a path exists; an unknown path is a 404, which
+    the API server would turn into a refused object (``failurePolicy: Fail``). A registered path
+    answers an empty POST with 200 and an AdmissionReview error.
+    """
+    context = ssl.create_default_context(cafile=str(ca_cert))
+    urls = {hook["clientConfig"]["url"] for config in configurations for hook in config["webhooks"]}
+    for url in sorted(urls):
+        request = urllib.request.Request(url, data=b"", method="POST", headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=2):
+                pass
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return False
+        except OSError:
+            return False
+    return True
