@@ -307,7 +307,8 @@ def run_status(kube: Kube, run_name: str) -> RunView:
             role=labels.get("app.kubernetes.io/component", "?"),
             phase=phase,
             node=(pod.get("spec") or {}).get("nodeName"),
-            rank=annotations.get("batch.kubernetes.io/job-completion-index"),
+            # A JobSet run's servers are one-pod Indexed Jobs too: only the trainer has ranks.
+            rank=annotations.get("batch.kubernetes.io/job-completion-index") if labels.get("app.kubernetes.io/component") == "trainer" else None,
             ready=_pod_ready(pod),
         )
         if phase == "Pending":
@@ -343,9 +344,13 @@ def _gang_status(kube: Kube, run_name: str, view: RunView) -> None:
         if refused:
             view.problems.append(f"the cluster refuses to create the pods of {job['metadata']['name']}: {refused}")
     statuses = {s["name"]: s for s in (jobset.get("status") or {}).get("replicatedJobsStatus") or []}
+    finished = jobset_state(jobset) in ("Succeeded", "Failed")
     for replicated in jobset["spec"].get("replicatedJobs") or []:
         role = replicated["name"]
         if role == TRAINER:
+            continue
+        if finished:
+            view.services.append((f"{run_name}-{role}", "stopped: the run has ended (JobSet deleted its Job)"))
             continue
         ready = int(statuses.get(role, {}).get("ready", 0))
         view.services.append((f"{run_name}-{role}", f"{ready}/{replicated.get('replicas', 1)} ready; stops when the trainer ends"))
@@ -354,6 +359,11 @@ def _gang_status(kube: Kube, run_name: str, view: RunView) -> None:
 def _admitted(workload: dict[str, Any]) -> bool:
     conditions = (workload.get("status") or {}).get("conditions") or []
     return any(c["type"] in ("QuotaReserved", "Admitted") and c["status"] == "True" for c in conditions)
+
+
+def _finished(workload: dict[str, Any]) -> bool:
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Finished" and c["status"] == "True" for c in conditions)
 
 
 def queue_summary(kube: Kube, job: dict[str, Any]) -> str | None:
@@ -377,13 +387,18 @@ def queue_summary(kube: Kube, job: dict[str, Any]) -> str | None:
     local = kube.get("LocalQueue", queue) or {}
     cluster_queue = (local.get("spec") or {}).get("clusterQueue", "?")
     head = f"queue {queue} -> ClusterQueue {cluster_queue}"
+    if _finished(mine):
+        return f"{head}: finished, quota released"
     if _admitted(mine):
         return f"{head}: admitted"
 
     def order(w: dict[str, Any]) -> tuple[int, str]:
         return (-int((w.get("spec") or {}).get("priority") or 0), w["metadata"]["creationTimestamp"])
 
-    pending = sorted((w for w in workloads if (w.get("spec") or {}).get("queueName") == queue and not _admitted(w)), key=order)
+    pending = sorted(
+        (w for w in workloads if (w.get("spec") or {}).get("queueName") == queue and not _admitted(w) and not _finished(w)),
+        key=order,
+    )
     position = next(i for i, w in enumerate(pending, 1) if w["metadata"]["uid"] == mine["metadata"]["uid"])
     return f"{head}: Queued, position {position} of {len(pending)}; {_gpu_usage(kube, cluster_queue)}"
 

@@ -196,6 +196,17 @@ HELPER_RESOURCES = {
     "requests": {"cpu": "10m", "memory": "32Mi", "ephemeral-storage": "10Mi"},
     "limits": {"cpu": "200m", "memory": "128Mi", "ephemeral-storage": "100Mi"},
 }
+#: Under Kueue the helpers ask only for CPU and memory: Kueue does not admit a pod that requests a
+#: resource its ClusterQueue does not cover, and ClusterQueues rarely cover ephemeral-storage.
+QUEUED_HELPER_RESOURCES = {
+    part: {name: amount for name, amount in amounts.items() if name != "ephemeral-storage"}
+    for part, amounts in HELPER_RESOURCES.items()
+}
+
+
+def helper_resources(queued: bool) -> dict[str, dict[str, str]]:
+    """Requests and limits of cw's helper containers (wait-for-server init containers, keeper)."""
+    return QUEUED_HELPER_RESOURCES if queued else HELPER_RESOURCES
 
 
 def server_requests(service: ServiceDef) -> tuple[str, str]:
@@ -240,7 +251,7 @@ def _multi_node_env(master: str, nodes: int) -> list[dict[str, Any]]:
 
 
 def _wait_container(
-    service: ServiceDef, service_name: str, image: str, pull_policy: str, timeout_s: int
+    service: ServiceDef, service_name: str, image: str, pull_policy: str, timeout_s: int, queued: bool
 ) -> dict[str, Any]:
     # Runs inside the cluster, where the Service name resolves; cw itself only reads object status.
     url = f"http://{service_name}:{service.port}{service.health_path}"
@@ -264,7 +275,7 @@ def _wait_container(
         "image": image,
         "imagePullPolicy": pull_policy,
         "command": ["python3", "-c", script, url, str(timeout_s)],
-        "resources": HELPER_RESOURCES,
+        "resources": helper_resources(queued),
         "securityContext": HELPER_SECURITY,
     }
 
@@ -561,7 +572,12 @@ def build_plan(request: RunRequest) -> Plan:
                 "spread_affinity": _spread_affinity(labels),
                 "wait_containers": [
                     _wait_container(
-                        service, f"{request.run_name}-{service.role}", image, pull_policy, request.services_timeout_s
+                        service,
+                        f"{request.run_name}-{service.role}",
+                        image,
+                        pull_policy,
+                        request.services_timeout_s,
+                        queued=cluster.queue is not None,
                     )
                     for service in services
                 ],
@@ -627,7 +643,7 @@ def build_plan(request: RunRequest) -> Plan:
                     plan.trainer_job,
                     request.services_lifetime_s,
                     HELPER_SECURITY,
-                    HELPER_RESOURCES,
+                    helper_resources(cluster.queue is not None),
                 )
             ],
             "annotations": (

@@ -203,3 +203,17 @@ def _jobset(conditions=(), suspend=False, ready=0, labels=None):
 )
 def test_jobset_state_in_plain_words(jobset, state):
     assert jobset_state(jobset) == state
+
+
+def test_queued_helpers_request_only_resources_a_cluster_queue_covers(grpo_config):
+    """Kueue does not admit a pod asking for a resource its ClusterQueue lacks (found on the real
+    Kueue: "resource ephemeral-storage unavailable in ClusterQueue")."""
+    queued = plan_for("trl", "grpo", grpo_config, sets=["queue=team-a"], jobset_available=True)
+    trainer_pod = _pod(_replicated(queued.manifests[0], "trainer"))["spec"]
+    for helper in trainer_pod["initContainers"]:
+        for part in ("requests", "limits"):
+            assert set(helper["resources"][part]) == {"cpu", "memory"}
+    plain = plan_for("trl", "grpo", grpo_config)  # no queue: the helpers keep their disk bound
+    keeper = [c for c in obj(plain, "Deployment", f"{RUN}-server")["spec"]["template"]["spec"]["containers"]
+              if c["name"] == "keeper"][0]
+    assert "ephemeral-storage" in keeper["resources"]["limits"]
