@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 
 from cw_cli.errors import NotFound, Rejected, RunFailed, WaitTimeout
 from cw_cli.k8s.connection import Kube
-from cw_cli.k8s.inspect import explain_pending, find_pod, pods_refused, run_objects, state_of
+from cw_cli.k8s.inspect import explain_pending, find_pod, pods_refused, run_objects, run_selector, state_of
 
 Progress = Callable[[str], None]
 
