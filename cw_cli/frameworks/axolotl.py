@@ -12,6 +12,7 @@ from cw_cli.frameworks.base import CONFIG_FILE, BaseTrainingFramework, RunContex
 from cw_cli.frameworks.launch import accelerate_args, total_processes
 from cw_cli.frameworks.plugin import SimplePlugin
 from cw_cli.frameworks.servers import server_sizing
+from cw_cli.frameworks.tracking import Tracking
 
 AXOLOTL_IMAGE = "axolotlai/axolotl:0.21.0"
 VLLM_PORT = 8000
@@ -94,9 +95,26 @@ class AxolotlFramework(BaseTrainingFramework):
 
     def secrets_needed(self, native: dict[str, Any]) -> dict[str, str]:
         needed = {"HF_TOKEN": f"hub_model_id: {native['hub_model_id']}"} if self.pushes_to_hub(native) else {}
-        if native.get("wandb_project") and native.get("wandb_mode") not in ("offline", "disabled"):
+        if self.tracking(native).wandb:
             needed["WANDB_API_KEY"] = f"wandb_project: {native['wandb_project']}"
         return needed
+
+    def tracking(self, native: dict[str, Any]) -> Tracking:
+        # Axolotl turns W&B on with `wandb_project` and exports every `wandb_*` key as WANDB_*.
+        def text(key: str) -> str | None:
+            return str(native[key]) if native.get(key) else None
+
+        online = native.get("wandb_mode") not in ("offline", "disabled")
+        return Tracking(
+            wandb=bool(native.get("wandb_project")) and online,
+            tensorboard=native.get("use_tensorboard") is True,
+            mlflow=bool(native.get("mlflow_tracking_uri")),
+            wandb_project=text("wandb_project"),
+            wandb_entity=text("wandb_entity"),
+            wandb_run_id=text("wandb_run_id"),
+            run_name=text("wandb_name"),
+            wandb_project_default=None,
+        )
 
     def prepare_config(self, native: dict[str, Any], context: RunContext) -> dict[str, Any]:
         config = dict(native)

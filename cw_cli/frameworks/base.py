@@ -13,6 +13,8 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from cw_cli.frameworks.tracking import Tracking, from_trainer_args
+
 if TYPE_CHECKING:  # pydantic is heavy; `cw --help` must not import it
     from cw_cli.config.models import ClusterSpec
 
@@ -220,10 +222,17 @@ class BaseTrainingFramework(ABC):
         needed: dict[str, str] = {}
         if self.pushes_to_hub(native):
             needed["HF_TOKEN"] = "push_to_hub: true"
-        reports = native.get("report_to")
-        if reports == "wandb" or reports == "all" or (isinstance(reports, list) and "wandb" in reports):
-            needed["WANDB_API_KEY"] = f"report_to: {reports}"
+        if self.tracking(native).wandb:
+            needed["WANDB_API_KEY"] = self.wandb_setting(native)
         return needed
+
+    def tracking(self, native: dict[str, Any]) -> Tracking:
+        """Experiment trackers the config reports to (the Hugging Face Trainer's ``report_to``)."""
+        return from_trainer_args(native)
+
+    def wandb_setting(self, native: dict[str, Any]) -> str:
+        """The setting that turns W&B on, as the user wrote it (for messages)."""
+        return f"report_to: {native.get('report_to')}"
 
     def pushes_to_hub(self, native: dict[str, Any]) -> bool:
         """Whether the config uploads its results to the Hugging Face Hub (``push_to_hub: true``)."""

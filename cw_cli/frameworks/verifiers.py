@@ -28,6 +28,7 @@ from cw_cli.frameworks.launch import accelerate_args, total_processes
 from cw_cli.frameworks.plugin import SimplePlugin
 from cw_cli.frameworks.runtime_files import user_file
 from cw_cli.frameworks.servers import server_sizing
+from cw_cli.frameworks.tracking import Tracking, from_trainer_args
 
 VERIFIERS_VERSION = "0.1.9.post3"
 #: vLLM 0.10.2 ships torch 2.8, the versions verifiers' `rl` extra asks for (vllm<0.11, torch<2.9).
@@ -146,6 +147,13 @@ class VerifiersFramework(BaseTrainingFramework):
 
     def required_keys(self, training_type: TrainingType) -> list[tuple[str, ...]]:
         return [("model",), ("env", "environment")]
+
+    def tracking(self, native: dict[str, Any]) -> Tracking:
+        # vf-train's RLConfig is a TrainingArguments: report_to and run_name live in trainer.args.
+        return from_trainer_args(_trainer_args(native))
+
+    def wandb_setting(self, native: dict[str, Any]) -> str:
+        return f"trainer.args.report_to: {_trainer_args(native).get('report_to')}"
 
     def claims_native_keys(self, data: dict[str, Any]) -> set[str]:
         env = data.get("env")
@@ -324,3 +332,9 @@ def _check_batch(args: dict[str, Any], processes: int) -> None:
 def get_plugin() -> SimplePlugin:
     """Entry point: verifiers as a plugin, registered like any other."""
     return SimplePlugin(VerifiersFramework, __version__)
+
+
+def _trainer_args(native: dict[str, Any]) -> dict[str, Any]:
+    trainer = native.get("trainer")
+    args = trainer.get("args") if isinstance(trainer, dict) else None
+    return args if isinstance(args, dict) else {}

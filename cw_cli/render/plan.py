@@ -58,6 +58,13 @@ from cw_cli.render.shipped_files import (
     user_files,
 )
 from cw_cli.render.storage import pod_volumes, storage_env
+from cw_cli.render.tracking import (
+    TENSORBOARD_ANNOTATION,
+    WANDB_URL_ANNOTATION,
+    tensorboard_dir,
+    tracking_env,
+    wandb_url,
+)
 from cw_cli.render.templates import render_manifest
 
 MANAGED_BY = "cw"
@@ -524,9 +531,11 @@ def build_plan(request: RunRequest) -> Plan:
         }
         resume_env = {RESUME_CHANGED_ENV: "1"} if request.resume_changed_config else {}
         fabric = RDMA_ENV if cluster.rdma else {}  # before base_env: the run's own `env` wins
+        tracking = framework.tracking(request.config.native)
         trainer_env = _env(
             {
                 **fabric,
+                **tracking_env(request.run_name, tracking),
                 **base_env,
                 **framework.trainer_env(context),
                 IDENTITY_ENV: json.dumps(identity, sort_keys=True),
@@ -673,4 +682,13 @@ def build_plan(request: RunRequest) -> Plan:
         plan.gang_servers = [role for role, _ in gang_servers]
     elif request.services_only:
         plan.owner_kind = "ConfigMap"
+    if plan.trainer_job is not None:
+        links = {
+            WANDB_URL_ANNOTATION: wandb_url(request.run_name, tracking, cluster.env),
+            TENSORBOARD_ANNOTATION: tensorboard_dir(context.output_dir, tracking, cluster.env),
+        }
+        owner = plan.manifests[0]["metadata"]
+        owner["annotations"] = {**(owner.get("annotations") or {}), **{k: v for k, v in links.items() if v}}
+        if not owner["annotations"]:
+            del owner["annotations"]
     return plan

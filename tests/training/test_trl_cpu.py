@@ -236,3 +236,26 @@ def test_config_as_written_for_a_workstation_keeps_its_outputs_on_the_volume_and
     lines: list[str] = []
     assert runner.run(lines.append) == 3
     assert "holds the outputs of another run" in "\n".join(lines)
+
+
+def test_trl_reports_to_wandb_under_the_cw_run_name_and_a_relaunch_resumes_it(
+    render_plan, with_launcher, tiny_model, sft_dataset, tmp_path
+):
+    """The W&B run id and name cw sets are the ones wandb itself uses (offline mode, no network)."""
+    manifests, _ = with_launcher(
+        render_plan(
+            "trl", "sft", CONFIGS_DIR / "trl-sft.yaml", run_name="t-wandb",
+            sets=[f"model_name_or_path={tiny_model}", f"dataset_name={sft_dataset}", "report_to=wandb",
+                  "secrets.WANDB_API_KEY=wandb"],
+        )
+    )
+    checkpoints, wandb_dir = tmp_path / "checkpoints", tmp_path / "wandb-dir"
+    wandb_dir.mkdir()
+    offline = {"WANDB_MODE": "offline", "WANDB_DISABLED": "false", "WANDB_DIR": str(wandb_dir), "WANDB_API_KEY": "x" * 40}
+    run_trainer(manifests, checkpoints, tmp_path / "run1", {"max_length": 64, "report_to": "wandb"}, offline)
+    runs = sorted((wandb_dir / "wandb").glob("offline-run-*"))
+    assert [run.name.rsplit("-", 2)[-2:] for run in runs] == [["t", "wandb"]], runs  # id = the run name
+    # A relaunch of the same run (cw_launch resumes its checkpoint) logs to the same W&B run id.
+    run_trainer(manifests, checkpoints, tmp_path / "run2", {"max_length": 64, "report_to": "wandb", "max_steps": 4}, offline)
+    runs = sorted((wandb_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(run.name.endswith("-t-wandb") for run in runs), runs
