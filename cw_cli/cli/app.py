@@ -197,6 +197,8 @@ def build_app(registry: FrameworkRegistry) -> typer.Typer:
     )
     app.callback()(root)
     app.command("list")(list_command)
+    from cw_cli.cli.metrics import metrics_command  # light: the parsing and plotting load when run
+    app.command("metrics")(metrics_command)
     app.command("status")(status_command)
     app.command("logs")(logs_command)
     app.command("delete")(delete_command)
