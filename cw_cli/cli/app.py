@@ -15,6 +15,36 @@ from cw_cli.frameworks.registry import FrameworkRegistry
 
 NamespaceOption = Annotated[Optional[str], typer.Option("--namespace", "-n", help="Namespace (default: the context's).")]
 ContextOption = Annotated[Optional[str], typer.Option("--context", help="kubeconfig context.")]
+OutputOption = Annotated[
+    str, typer.Option("--output", "-o", help="table, json or yaml (fields: docs/output.md).", metavar="FORMAT")
+]
+
+
+def complete_run(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of a RUN argument: the runs in the namespace, read through the API server.
+
+    Fast (a short request timeout) and silent: no cluster, no kubeconfig or no permission means
+    no candidates, never a traceback in the middle of the user's command line.
+    """
+    try:
+        import warnings
+
+        os.environ.setdefault("CW_REQUEST_TIMEOUT", "3")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from cw_cli.k8s.inspect import run_names
+
+            params = ctx.params or {}
+            names = run_names(_kube(params.get("context"), params.get("namespace")))
+        return [name for name in names if name.startswith(incomplete or "")]
+    except Exception:  # noqa: BLE001 - completion must never fail loudly
+        return []
+
+
+#: The RUN argument of status, logs, delete (and metrics): completes run names.
+RunArgument = Annotated[
+    str, typer.Argument(help="Run name.", metavar="RUN", autocompletion=complete_run, show_default=False)
+]
 
 
 def _version(value: bool) -> None:
@@ -53,35 +83,70 @@ def _age(created: "object") -> str:
 
 
 @handle_errors
-def list_command(namespace: NamespaceOption = None, context: ContextOption = None) -> None:
-    """List the runs in the namespace, with state, GPUs and age."""
+def list_command(
+    namespace: NamespaceOption = None,
+    context: ContextOption = None,
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="Runs of every namespace.")] = False,
+    state: Annotated[
+        Optional[list[str]],
+        typer.Option("--state", help="Only runs in this state (repeatable): pending, queued, running, failed, ...", metavar="STATE"),
+    ] = None,
+    framework: Annotated[
+        Optional[list[str]], typer.Option("--framework", help="Only runs of this framework (repeatable).", metavar="NAME")
+    ] = None,
+    output: OutputOption = "table",
+) -> None:
+    """List the runs in the namespace, with state, GPUs, age and why a failed run failed."""
+    from rich.markup import escape
     from rich.table import Table
 
+    from cw_cli.cli.formats import check_output, check_states, dump, list_dict, state_key
     from cw_cli.k8s.inspect import STALLED, list_runs
 
+    output = check_output(output)
+    states = check_states(state) if state else None
     kube = _kube(context, namespace)
-    runs = list_runs(kube)
-    if not runs:
-        err().print(f"no runs in namespace {kube.namespace}")
+    runs = list_runs(kube, all_namespaces=all_namespaces)
+    if states:
+        runs = [run for run in runs if state_key(run.state) in states]
+    if framework:
+        runs = [run for run in runs if run.framework in framework]
+    if output != "table":
+        out().file.write(dump(list_dict(runs), output))
         return
-    table = Table("RUN", "FRAMEWORK", "TYPE", "STATE", "GPUS", "AGE", box=None)
+    if not runs:
+        where = "any namespace" if all_namespaces else f"namespace {kube.namespace}"
+        err().print(f"no {'matching ' if state or framework else ''}runs in {where}")
+        return
+    columns = ["RUN", "FRAMEWORK", "TYPE", "STATE", "GPUS", "AGE", "REASON"]
+    table = Table(*(["NAMESPACE"] if all_namespaces else []), *columns, box=None)
     for run in runs:
-        table.add_row(run.name, run.framework, run.training_type, run.state, str(run.gpus), _age(run.created))
+        row = [run.name, run.framework, run.training_type, run.state, str(run.gpus), _age(run.created), run.failure or ""]
+        table.add_row(*[escape(cell) for cell in ([run.namespace] if all_namespaces else []) + row])
     out().print(table)
     for run in runs:
         if run.state == STALLED:
             err().print(f"[yellow]{run.name}: its launcher stopped before starting it; `cw delete {run.name}` removes it[/]")
+    if any(run.state == "Failed" for run in runs):
+        err().print("`cw status RUN` says why a run failed, with the fix and its last log lines")
 
 
 @handle_errors
-def status_command(run: str, namespace: NamespaceOption = None, context: ContextOption = None) -> None:
-    """Show a run's Job, pods and services; say why a pod is Pending."""
+def status_command(
+    run: RunArgument, namespace: NamespaceOption = None, context: ContextOption = None, output: OutputOption = "table"
+) -> None:
+    """Show a run's Job, pods and services; say why a pod is Pending or why the run failed."""
     from rich.markup import escape
     from rich.table import Table
 
+    from cw_cli.cli.formats import check_output, dump, status_dict
     from cw_cli.k8s.inspect import run_status
 
+    output = check_output(output)
     view = run_status(_kube(context, namespace), run)
+    if output != "table":
+        out().file.write(dump(status_dict(view), output))
+        return
     console = out()
     console.print(f"run [bold]{view.name}[/]  {view.framework} {view.training_type}  state: [bold]{view.state}[/]  GPUs: {view.gpus}")
     console.print("objects: " + ", ".join(view.objects))
@@ -96,13 +161,26 @@ def status_command(run: str, namespace: NamespaceOption = None, context: Context
         console.print(escape(view.queue))
     for name, ready in view.services:
         console.print(f"service {name}: {ready}")
+    explained = {e.line() for e in view.explanations}
     for problem in view.problems:
-        console.print(f"[yellow]{escape(problem)}[/]")
+        if problem not in explained:
+            console.print(f"[yellow]{escape(problem)}[/]")
+    if view.failure:
+        console.print(f"[bold red]{'failed' if view.state == 'Failed' else 'problem'}:[/] {escape(view.failure)}")
+    for explanation in view.explanations:
+        console.print(f"[yellow]{escape(explanation.line())}[/]")
+        if explanation.fix:
+            console.print(f"  fix: {escape(explanation.fix.replace('RUN', view.name))}")
+        if explanation.log:
+            where = f"{explanation.pod} {explanation.container}" if explanation.container else explanation.pod
+            console.print(f"  last log lines ({escape(where or '')}):")
+            for line in explanation.log:
+                console.print(f"    {escape(line)}")
 
 
 @handle_errors
 def logs_command(
-    run: str,
+    run: RunArgument,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Stream new lines until the pod ends.")] = False,
     role: Annotated[str, typer.Option("--role", help="trainer, server or reward.")] = "trainer",
     rank: Annotated[Optional[int], typer.Option("--rank", help="Node rank of a multi-node trainer.")] = None,
@@ -127,7 +205,7 @@ def logs_command(
 
 
 @handle_errors
-def delete_command(run: str, namespace: NamespaceOption = None, context: ContextOption = None) -> None:
+def delete_command(run: RunArgument, namespace: NamespaceOption = None, context: ContextOption = None) -> None:
     """Delete every object of a run (and nothing else)."""
     from cw_cli.k8s.operations import delete_run
 
@@ -192,7 +270,7 @@ def build_app(registry: FrameworkRegistry) -> typer.Typer:
         name="cw",
         help="Launch LLM post-training runs (SFT, DPO, GRPO) on a Kubernetes GPU cluster.",
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,  # `cw --install-completion`; RUN arguments complete run names
         pretty_exceptions_enable=False,
     )
     app.callback()(root)

@@ -180,11 +180,13 @@ class Kube:
             return False
         return True
 
-    def list(self, kind: str, label_selector: str | None = None, field_selector: str | None = None) -> list[dict[str, Any]]:
-        """List objects of a kind in the namespace (or cluster-wide for cluster kinds)."""
+    def list(
+        self, kind: str, label_selector: str | None = None, field_selector: str | None = None, all_namespaces: bool = False
+    ) -> list[dict[str, Any]]:
+        """List objects of a kind in the namespace (or cluster-wide for cluster kinds, or with ``all_namespaces``)."""
         data = self.request(
             "GET",
-            self.path(kind),
+            self.path(kind, namespaced=False if all_namespaces else None),
             query={"labelSelector": label_selector, "fieldSelector": field_selector},
             what=f"list {RESOURCES[kind][1]}",
         )

@@ -10,6 +10,7 @@ from typing import Any
 from cw_cli.config.quantity import parse_quantity
 from cw_cli.errors import ConfigError, Forbidden, NotFound
 from cw_cli.k8s.connection import Kube
+from cw_cli.k8s.diagnose import Explanation, diagnose, log_requests, summary
 from cw_cli.render.jobset import JOBSET_NAME_LABEL, TRAINER
 from cw_cli.render.keeper import LIFETIME_ANNOTATION
 from cw_cli.render.plan import KUEUE_QUEUE_LABEL, MANAGED_BY, RUN_LABEL
@@ -66,18 +67,24 @@ class RunView:
     problems: list[str] = field(default_factory=list)
     queue: str | None = None
     restarts: int | None = None
+    namespace: str = ""
+    #: Why the run failed, or what holds it (an image pull, a crash loop), in a few words.
+    failure: str | None = None
+    explanations: list[Explanation] = field(default_factory=list)
 
 
 #: Kinds whose API exists only where an add-on is installed: absent means no such object.
 OPTIONAL_KINDS = ("JobSet",)
 
 
-def run_objects(kube: Kube, run_name: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+def run_objects(
+    kube: Kube, run_name: str | None = None, all_namespaces: bool = False, kinds: tuple[str, ...] = RUN_KINDS
+) -> list[tuple[str, dict[str, Any]]]:
     """(kind, object) of every object cw labelled, of one run or of all, owners first."""
     found = []
-    for kind in RUN_KINDS:
+    for kind in kinds:
         try:
-            objects = kube.list(kind, run_selector(run_name))
+            objects = kube.list(kind, run_selector(run_name), all_namespaces=all_namespaces)
         except (NotFound, Forbidden):
             if kind in OPTIONAL_KINDS:
                 continue  # JobSet is not installed (or not readable): no run uses it here
@@ -158,15 +165,27 @@ def state_of(kind: str, owner: dict[str, Any]) -> str:
     return jobset_state(owner) if kind == "JobSet" else job_state(owner)
 
 
-def list_runs(kube: Kube) -> list[RunView]:
-    """Every cw run in the namespace, newest first."""
-    runs: dict[str, RunView] = {}
-    for kind, obj in run_objects(kube):
+#: Log lines read per failed container: few for `cw list`, more for `cw status`.
+LIST_LOG_LINES = 20
+STATUS_LOG_LINES = 60
+#: Containers whose log one run's diagnosis reads at most.
+MAX_LOGS_PER_RUN = 4
+OWNER_KINDS = ("JobSet", "Job")
+
+
+def _collect_runs(
+    kube: Kube, run_name: str | None, all_namespaces: bool
+) -> tuple[dict[tuple[str, str], RunView], dict[tuple[str, str], list[tuple[str, dict[str, Any]]]]]:
+    """The runs' views, and each run's owners (Job or JobSet), keyed by (namespace, run)."""
+    runs: dict[tuple[str, str], RunView] = {}
+    owners: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
+    for kind, obj in run_objects(kube, run_name, all_namespaces):
         labels = obj["metadata"].get("labels") or {}
         name = labels.get(RUN_LABEL)
         if not name:
             continue
-        view = runs.setdefault(name, RunView(name=name))
+        key = (obj["metadata"].get("namespace") or kube.namespace, name)
+        view = runs.setdefault(key, RunView(name=name, namespace=key[0]))
         view.framework = labels.get("app.kubernetes.io/name", view.framework)
         view.training_type = labels.get("cw-cli.dev/training-type", view.training_type)
         view.objects.append(f"{kind}/{obj['metadata']['name']}")
@@ -177,16 +196,84 @@ def list_runs(kube: Kube) -> list[RunView]:
             view.state = jobset_state(obj)
             view.gpus += _jobset_gpus(obj)
             view.restarts = int((obj.get("status") or {}).get("restarts", 0))
+            owners.setdefault(key, []).append((kind, obj))
         elif kind == "Job":
             view.state = job_state(obj)
             spec = obj["spec"]
             view.gpus += _pod_gpus(spec["template"]["spec"]) * int(spec.get("parallelism", 1))
+            owners.setdefault(key, []).append((kind, obj))
         elif kind == "Deployment":
             view.gpus += _pod_gpus(obj["spec"]["template"]["spec"]) * int(obj["spec"].get("replicas", 1))
     for view in runs.values():
         if not any(o.startswith(("Job/", "JobSet/")) for o in view.objects):
             view.state = "Services only"
-    return sorted(runs.values(), key=lambda v: v.created or datetime.min.replace(tzinfo=timezone.utc), reverse=True)
+    return runs, owners
+
+
+def read_log_tail(kube: Kube, pod: dict[str, Any], container: str, lines: int, previous: bool = False) -> list[str]:
+    """The last ``lines`` lines of a container's log, through the API server; [] when it has none
+    (or it cannot be read: an explanation without log lines is still an explanation)."""
+    from cw_cli.errors import CwError
+
+    meta = pod["metadata"]
+    path = f"/api/v1/namespaces/{meta.get('namespace') or kube.namespace}/pods/{meta['name']}/log"
+    query: dict[str, Any] = {"container": container, "tailLines": lines, "previous": "true" if previous else None}
+    try:
+        response = kube.raw("GET", path, query=query, what=f"read the log of {meta['name']}")
+        return response.read().decode(errors="replace").splitlines()
+    except CwError:
+        return []
+
+
+def _explain_run(
+    kube: Kube, view: RunView, owners: list[tuple[str, dict[str, Any]]], pods: list[dict[str, Any]], log_lines: int, read_logs: bool
+) -> None:
+    """Fill ``view.explanations`` and ``view.failure`` from the run's owners, pods and log tails."""
+    if view.state == "Succeeded":
+        return
+    if view.state != "Failed":  # a run still going: only what holds its live pods, not retried ones
+        pods = [p for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
+    logs: dict[tuple[str, str], list[str]] = {}
+    if read_logs:
+        newest_first = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)
+        wanted = [(pod, container, previous) for pod in newest_first for container, previous in log_requests(pod)]
+        for pod, container, previous in wanted[:MAX_LOGS_PER_RUN]:
+            tail = read_log_tail(kube, pod, container, log_lines, previous)
+            if previous and not tail:
+                tail = read_log_tail(kube, pod, container, log_lines)
+            logs[(pod["metadata"]["name"], container)] = tail
+    view.explanations = diagnose(owners, pods, logs)
+    view.failure = summary(view.explanations)
+
+
+def list_runs(
+    kube: Kube, all_namespaces: bool = False, run_name: str | None = None, log_lines: int = LIST_LOG_LINES
+) -> list[RunView]:
+    """Every cw run in the namespace (or in all of them), newest first, each with why it failed.
+
+    Reads pods only when some run is not Succeeded, and logs only of failed runs' failed
+    containers (``log_lines`` each, a few containers per run at most).
+    """
+    runs, owners = _collect_runs(kube, run_name, all_namespaces)
+    if any(v.state != "Succeeded" for v in runs.values()):
+        by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for pod in kube.list("Pod", run_selector(run_name), all_namespaces=all_namespaces):
+            labels = pod["metadata"].get("labels") or {}
+            by_run.setdefault((pod["metadata"].get("namespace") or kube.namespace, labels.get(RUN_LABEL, "")), []).append(pod)
+        for key, view in runs.items():
+            _explain_run(kube, view, owners.get(key, []), by_run.get(key, []), log_lines, read_logs=view.state == "Failed")
+    return sorted(
+        runs.values(), key=lambda v: (v.created or datetime.min.replace(tzinfo=timezone.utc), v.namespace), reverse=True
+    )
+
+
+def run_names(kube: Kube) -> list[str]:
+    """Names of the runs in the namespace, from their owners and servers only (for completion)."""
+    names = {
+        (obj["metadata"].get("labels") or {}).get(RUN_LABEL, "")
+        for _, obj in run_objects(kube, kinds=("JobSet", "Job", "Deployment"))
+    }
+    return sorted(n for n in names if n)
 
 
 def _node_capacity(kube: Kube) -> dict[str, list[tuple[str, float]]]:
@@ -290,13 +377,15 @@ def run_status(kube: Kube, run_name: str) -> RunView:
     Raises:
         NotFound: No object of that run in the namespace.
     """
-    runs = [run for run in list_runs(kube) if run.name == run_name]
-    if not runs:
+    runs, owners = _collect_runs(kube, run_name, all_namespaces=False)
+    view = runs.get((kube.namespace, run_name))
+    if view is None:
         raise NotFound(
             f"no run {run_name!r} in namespace {kube.namespace!r}", hint="`cw list` shows the runs; -n picks a namespace"
         )
-    view = runs[0]
     pods = kube.list("Pod", run_selector(run_name))
+    _explain_run(kube, view, owners.get((kube.namespace, run_name), []), pods, STATUS_LOG_LINES, read_logs=True)
+    explained = {e.pod for e in view.explanations}
     capacity = _node_capacity(kube) if pods else {}
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         labels = pod["metadata"].get("labels") or {}
@@ -311,15 +400,18 @@ def run_status(kube: Kube, run_name: str) -> RunView:
             rank=annotations.get("batch.kubernetes.io/job-completion-index") if labels.get("app.kubernetes.io/component") == "trainer" else None,
             ready=_pod_ready(pod),
         )
-        if phase == "Pending":
+        if phase == "Pending" and pod_view.name not in explained:
             pod_view.reason = explain_pending(pod, kube, capacity)
             view.problems.append(f"{pod_view.name} is Pending: {pod_view.reason}")
+        elif pod_view.name in explained:
+            pod_view.reason = next(e.summary for e in view.explanations if e.pod == pod_view.name)
         view.pods.append(pod_view)
     for job in kube.list("Job", run_selector(run_name)):
         view.queue = queue_summary(kube, job)
         refused = None if (job.get("status") or {}).get("active") else pods_refused(kube, "Job", job)
         if refused:
             view.problems.append(f"the cluster refuses to create the trainer's pods: {refused}")
+    view.problems += [e.line() for e in view.explanations]
     if f"JobSet/{run_name}" in view.objects:
         _gang_status(kube, run_name, view)
     has_trainer = any(o.startswith(("Job/", "JobSet/")) for o in view.objects)
