@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Callable, Iterator, Optional
 
 import typer
 
@@ -14,8 +13,7 @@ from cw_cli.cli.output import err, out
 from cw_cli.frameworks.registry import FrameworkRegistry
 
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a command needs the cluster
-    from cw_cli.k8s.connection import Kube
-    from cw_cli.render.plan import Plan
+    from cw_cli import api
 
 
 #: `--dry-run` prints the plan for reading: applied as is, the suspended Job would never start.
@@ -67,65 +65,32 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
             ),
         ] = False,
     ) -> None:
-        from cw_cli.config.loader import FlagOverrides, load_run_config
-        from cw_cli.config.quantity import parse_duration
-        from cw_cli.render.naming import generate_run_name, validate_run_name
-        from cw_cli.errors import ConfigError
-        from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S, RunRequest, build_plan
+        from cw_cli import api
 
-        loaded, training_type = registry.resolve_type(framework_name, type_name)
         if local and gpu is None:
             gpu = _local_gpu_count()  # the config's GPU count is for cluster nodes, not this machine
-        flags = FlagOverrides(gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull or None)
-        run_config = load_run_config(config, loaded.framework, training_type, set_ or [], flags)
-        if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
-            raise ConfigError([f"--timeout {timeout:g}: expected a positive number of seconds"], hint="e.g. --timeout 3600")
-        # `--name ""` is a mistake to report, not a request for a generated name.
-        run_name = (
-            validate_run_name(name) if name is not None else generate_run_name(framework_name, training_type.value, config.stem)
-        )
-        kube = None
-        jobset_available = None
-        if not (dry_run or local):
-            from cw_cli.k8s.connection import ClusterTarget, connect
-            from cw_cli.render.jobset import GROUP_VERSION_PATH
-
-            kube = connect(ClusterTarget(context=context, namespace=namespace))
-            if _may_be_gang(run_config.cluster):
-                jobset_available = kube.serves(GROUP_VERSION_PATH)
-        plan = build_plan(
-            RunRequest(
-                loaded,
-                training_type,
-                run_config,
-                run_name,
-                namespace=namespace,
-                services_only=services,
-                local=local,
-                services_lifetime_s=parse_duration(ttl, "--ttl") if ttl else None,
-                services_timeout_s=int(math.ceil(timeout)) if timeout else DEFAULT_SERVICES_TIMEOUT_S,
-                resume_changed_config=resume,
-                jobset_available=jobset_available,
-            )
-        )
-        _print_notices(plan.notices)
+        session = None if (dry_run or local) else api.Session(context=context, namespace=namespace, registry=registry)
+        options = dict(
+            name=name, namespace=namespace, gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull,
+            set=set_ or [], services=services, ttl=ttl, timeout=timeout, resume=resume, local=local,
+        )  # fmt: skip
+        if session is None:
+            planned = api.plan(config, framework_name, type_name, registry=registry, **options)
+        else:
+            planned = session.plan(config, framework_name, type_name, **options)
+        _print_notices(planned.notices)
         if dry_run:
-            out().file.write(DRY_RUN_HEADER + plan.to_yaml())
+            out().file.write(DRY_RUN_HEADER + planned.to_yaml())
             return
         if local:
             from cw_cli.cli.local import run_locally
 
-            raise typer.Exit(run_locally(plan))
-        assert kube is not None
-        _apply(plan, kube, server_dry_run, wait, timeout, services)
+            raise typer.Exit(run_locally(planned.plan))
+        assert session is not None
+        _apply(session, planned, server_dry_run, wait, timeout, services)
 
     command.__doc__ = f"Run `{framework_name} {type_name}` on the cluster."
     return command
-
-
-def _may_be_gang(cluster: Any) -> bool:
-    """Whether the run could be a JobSet, so the cluster must be asked if it serves JobSet."""
-    return cluster.jobset is True or (cluster.jobset == "auto" and (cluster.nodes > 1 or cluster.queue is not None))
 
 
 def _print_notices(notices: list[str]) -> None:
@@ -152,8 +117,8 @@ def _local_gpu_count() -> int:
 
 
 def _apply(
-    plan: Plan,
-    kube: Kube,
+    session: "api.Session",
+    planned: "api.PlannedRun",
     server_dry_run: bool,
     wait: bool,
     timeout: float | None,
@@ -161,19 +126,19 @@ def _apply(
 ) -> None:
     from rich.markup import escape
 
-    from cw_cli.errors import Interrupted, RunFailed
-    from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S
-    from cw_cli.k8s.launch import launch, wait_for_deployments
-    from cw_cli.k8s.operations import wait_for_run
+    from cw_cli.errors import Interrupted
 
     console = err()
+    plan = planned.plan
 
     def progress(line: str) -> None:
         console.print(f"  {escape(line)}")
 
-    console.print(f"run [bold]{plan.run_name}[/] in namespace {kube.namespace} ({kube.host})")
+    console.print(f"run [bold]{plan.run_name}[/] in namespace {session.namespace} ({session.kube.host})")
     with _termination_as_interrupt():
-        result = launch(kube, plan, server_dry_run=server_dry_run, services_timeout_s=timeout or DEFAULT_SERVICES_TIMEOUT_S, progress=progress)
+        run = session.submit(planned, server_dry_run=server_dry_run, progress=progress)
+        result = run.launch
+        assert result is not None
         if result.dry_run:
             console.print(f"[green]the API server accepted all {len(result.created)} objects; nothing was created[/]")
             return
@@ -185,15 +150,10 @@ def _apply(
             if not wait:
                 return
             if services_only:
-                wait_for_deployments(kube, plan.run_name, plan.service_deployments, timeout or DEFAULT_SERVICES_TIMEOUT_S, progress)
+                run.wait_for_servers(timeout, progress)
                 console.print("[green]services are Ready[/]")
             elif plan.trainer_job:
-                try:
-                    wait_for_run(kube, plan.trainer_job, timeout, progress, kind=plan.owner_kind)
-                except RunFailed:
-                    _stop_services_of_finished_run(kube, plan, progress)
-                    raise
-                _stop_services_of_finished_run(kube, plan, progress)
+                run.wait(timeout, progress)
                 console.print(f"[green]run {plan.run_name} succeeded[/]")
         except KeyboardInterrupt:
             # The run is launched and complete: stopping the watch must not stop the run.
@@ -221,12 +181,3 @@ def _termination_as_interrupt() -> Iterator[None]:
     finally:
         for number, handler in saved.items():
             signal.signal(number, handler)
-
-
-def _stop_services_of_finished_run(kube: Kube, plan: Plan, progress: Callable[[str], None]) -> None:
-    """Once the trainer has ended, its servers would hold their GPUs until the Job's TTL."""
-    from cw_cli.k8s.operations import stop_services
-
-    stopped = stop_services(kube, plan.run_name) if plan.service_deployments else []
-    if stopped:
-        progress(f"stopped {', '.join(stopped)} (scaled to 0; `cw delete {plan.run_name}` removes the rest)")

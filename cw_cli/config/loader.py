@@ -130,6 +130,7 @@ def load_run_config(
     training_type: TrainingType,
     sets: list[str] | None = None,
     flags: FlagOverrides | None = None,
+    source: YamlSource | None = None,
 ) -> RunConfig:
     """Read, merge and validate a run's config.
 
@@ -139,6 +140,8 @@ def load_run_config(
         training_type: The training method.
         sets: ``--set key=value`` assignments, applied in order.
         flags: Command-line flags, applied last.
+        source: The config already parsed (e.g. a mapping given to :mod:`cw_cli.api`); ``path``
+            then only names it and anchors its relative paths.
 
     Returns:
         The validated config.
@@ -146,7 +149,7 @@ def load_run_config(
     Raises:
         ConfigError: Every problem found, each naming the file, line and field, with a fix.
     """
-    source = load_config_file(path)
+    source = source if source is not None else load_config_file(path)
     data = copy.deepcopy(source.data)
     origins: dict[str, str] = {}
     for assignment in sets or []:

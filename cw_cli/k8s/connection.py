@@ -51,6 +51,7 @@ class ClusterTarget:
 
     context: str | None = None
     namespace: str | None = None
+    kubeconfig: str | None = None
 
 
 def _status_message(body: bytes | str | None) -> str:
@@ -295,7 +296,10 @@ def request_timeout() -> tuple[float, float]:
 
 
 def connect(target: ClusterTarget) -> Kube:
-    """Load the kubeconfig (``$KUBECONFIG`` or ``~/.kube/config``) and bind to a namespace.
+    """Load the kubeconfig (the target's, else ``$KUBECONFIG``, else ``~/.kube/config``) and bind to a namespace.
+
+    ``$KUBECONFIG`` is read at each call (the kubernetes package reads it once, at import), so a
+    program that sets it later still gets the cluster it names.
 
     Raises:
         ClusterUnreachable: No kubeconfig, or the context does not exist.
@@ -303,8 +307,11 @@ def connect(target: ClusterTarget) -> Kube:
     from kubernetes import config as kube_config
     from kubernetes.config.config_exception import ConfigException
 
+    import os
+
+    config_file = target.kubeconfig or os.environ.get("KUBECONFIG") or None
     try:
-        contexts, active = kube_config.list_kube_config_contexts()
+        contexts, active = kube_config.list_kube_config_contexts(config_file=config_file)
         chosen = active
         if target.context:
             chosen = next((c for c in contexts if c["name"] == target.context), None)
@@ -314,7 +321,9 @@ def connect(target: ClusterTarget) -> Kube:
         from kubernetes import client as kube_client
 
         configuration = kube_client.Configuration()
-        kube_config.load_kube_config(context=chosen["name"] if chosen else None, client_configuration=configuration)
+        kube_config.load_kube_config(
+            config_file=config_file, context=chosen["name"] if chosen else None, client_configuration=configuration
+        )
         # Before the client exists: its connection pool reads this once, when it is built.
         configuration.retries = False
         api_client = kube_client.ApiClient(configuration)

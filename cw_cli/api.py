@@ -1,0 +1,389 @@
+"""cw as a library: plan, submit and follow runs from Python. The ``cw`` CLI is a layer over this.
+
+A notebook or a script::
+
+    from cw_cli import api
+
+    session = api.Session(namespace="team-a")          # one connection, reused
+    planned = session.plan("configs/trl-sft.yaml", "trl", "sft", gpu=4, set={"learning_rate": 2e-5})
+    print(planned.to_yaml())                            # what would be created
+    run = session.submit(planned)                       # -> Run
+    run.wait()                                          # raises RunFailed if the trainer fails
+    for line in run.logs(tail=20):
+        print(line)
+
+Offline, :func:`plan` renders without a cluster (what ``--dry-run`` prints). Every error is a
+:class:`cw_cli.errors.CwError` subclass (``ConfigError``, ``NotFound``, ``Conflict``, ``RunFailed``,
+...), each carrying the exit code the CLI uses. Nothing here prints: progress goes to an optional
+callback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+
+from cw_cli.errors import ConfigError
+
+if TYPE_CHECKING:  # the kubernetes-backed modules load only when a call needs the cluster
+    from cw_cli.config.models import ClusterSpec
+    from cw_cli.frameworks.registry import FrameworkRegistry
+    from cw_cli.k8s.connection import Kube
+    from cw_cli.k8s.inspect import RunView
+    from cw_cli.k8s.launch import LaunchResult
+    from cw_cli.render.plan import Plan, RunRequest
+
+Progress = Callable[[str], None]
+#: A config given as a mapping is read as if it were a file in this folder (relative paths in it,
+#: e.g. ``files:``, resolve from there); messages name it like this.
+DICT_CONFIG_NAME = "<config mapping>"
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass
+class PlannedRun:
+    """A rendered run, not yet on the cluster: exactly what :meth:`Session.submit` creates.
+
+    Attributes:
+        plan: The manifests and what the launch must wait for.
+        request: What the plan was made from (kept to re-plan with cluster facts).
+        cluster_facts: Whether the plan knows what the cluster serves (JobSet); an offline
+            plan may become a JobSet when submitted.
+    """
+
+    plan: "Plan"
+    request: "RunRequest"
+    cluster_facts: bool = False
+
+    @property
+    def name(self) -> str:
+        """The run's name."""
+        return self.plan.run_name
+
+    @property
+    def manifests(self) -> list[dict[str, Any]]:
+        """The objects, owner first."""
+        return self.plan.manifests
+
+    @property
+    def notices(self) -> list[str]:
+        """What cw decided for the user (moved outputs, shipped files, ...)."""
+        return self.plan.notices
+
+    def to_yaml(self) -> str:
+        """The manifests as multi-document YAML (``--dry-run``'s output without its header)."""
+        return self.plan.to_yaml()
+
+
+def set_assignments(values: Mapping[str, Any] | list[str] | None) -> list[str]:
+    """``--set`` assignments from a mapping (dotted keys nest; values keep their types) or a list."""
+    if values is None:
+        return []
+    if isinstance(values, Mapping):
+        # JSON is YAML: the loader parses each value back to the same type.
+        return [f"{key}={json.dumps(value)}" for key, value in values.items()]
+    return list(values)
+
+
+def may_be_gang(cluster: "ClusterSpec") -> bool:
+    """Whether the run could be a JobSet, so the cluster must be asked whether it serves JobSet."""
+    return cluster.jobset is True or (cluster.jobset == "auto" and (cluster.nodes > 1 or cluster.queue is not None))
+
+
+def _registry() -> "FrameworkRegistry":
+    from cw_cli.frameworks.registry import FrameworkRegistry
+
+    return FrameworkRegistry().load_all()
+
+
+def plan(
+    config: str | Path | Mapping[str, Any],
+    framework: str,
+    training_type: str,
+    *,
+    name: str | None = None,
+    namespace: str | None = None,
+    gpu: int | None = None,
+    cpu: str | None = None,
+    memory: str | None = None,
+    image: str | None = None,
+    nodes: int | None = None,
+    pull: bool | None = None,
+    set: Mapping[str, Any] | list[str] | None = None,  # noqa: A002 - the CLI's --set
+    services: bool = False,
+    ttl: str | None = None,
+    timeout: float | None = None,
+    resume: bool = False,
+    local: bool = False,
+    registry: "FrameworkRegistry | None" = None,
+    connect: "Callable[[], Kube] | None" = None,
+    base_dir: Path | None = None,
+) -> PlannedRun:
+    """Validate a config and render its run, as ``cw FRAMEWORK TYPE CONFIG --dry-run`` does.
+
+    Args:
+        config: A config file, or the same content as a mapping.
+        framework: A framework of the registry (``trl``, ``axolotl``, ``verifiers``, a plugin).
+        training_type: Its training type (``sft``, ``dpo``, ``grpo``, ...).
+        name: Run name; default generated and unique.
+        namespace: Written into the manifests (None leaves it to the cluster).
+        gpu: GPUs per trainer node (``--gpu``).
+        cpu: CPU per trainer pod (``--cpu``).
+        memory: Memory per trainer pod (``--memory``).
+        image: Trainer image (``--image``).
+        nodes: Trainer nodes (``--nodes``).
+        pull: Always pull the image (``--pull``).
+        set: Overrides of any config key (``--set``): a mapping ``{"learning_rate": 2e-5}``
+            (dotted keys nest) or ``["key=value", ...]``.
+        services: Only the servers (``--services``; needs ``ttl``).
+        ttl: The servers' lifetime with ``services``, e.g. ``"6h"``.
+        timeout: Seconds the trainer waits for its servers (``--timeout``).
+        resume: Continue the run folder's checkpoints under a changed config (``--resume``).
+        local: Plan for a local trainer process (``--local``).
+        registry: Frameworks to pick from (default: built-in and plugins).
+        connect: Gives the connection (called once the config is valid, so a bad config is
+            reported before any network): the plan asks the cluster what it serves (JobSet) and
+            is what a launch there creates. Without it the plan is offline (``jobset: auto``
+            renders Jobs).
+        base_dir: With a mapping: the folder its relative paths resolve from (default: cwd).
+
+    Returns:
+        The planned run.
+
+    Raises:
+        ConfigError: Every problem of the config, naming the file, the field and a fix.
+    """
+    from cw_cli.config.loader import FlagOverrides, load_run_config
+    from cw_cli.config.quantity import parse_duration
+    from cw_cli.config.yaml_source import YamlSource
+    from cw_cli.render.naming import generate_run_name, validate_run_name
+    from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S, RunRequest, build_plan
+
+    loaded, kind = (registry or _registry()).resolve_type(framework, training_type)
+    flags = FlagOverrides(gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull or None)
+    if isinstance(config, Mapping):
+        path = (base_dir or Path.cwd()) / DICT_CONFIG_NAME
+        source = YamlSource(path=path, data=dict(config))
+        run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, source=source)
+    else:
+        path = Path(config)
+        run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags)
+    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
+        raise ConfigError([f"--timeout {timeout:g}: expected a positive number of seconds"], hint="e.g. --timeout 3600")
+    # `--name ""` is a mistake to report, not a request for a generated name.
+    run_name = validate_run_name(name) if name is not None else generate_run_name(framework, kind.value, path.stem)
+    request = RunRequest(
+        loaded,
+        kind,
+        run_config,
+        run_name,
+        namespace=namespace,
+        services_only=services,
+        local=local,
+        services_lifetime_s=parse_duration(ttl, "--ttl") if ttl else None,
+        services_timeout_s=int(math.ceil(timeout)) if timeout else DEFAULT_SERVICES_TIMEOUT_S,
+        resume_changed_config=resume,
+    )
+    rendered = build_plan(request)  # offline first: every config problem is reported before any network
+    if connect is None or local:
+        return PlannedRun(rendered, request)
+    kube = connect()  # a launch needs it next anyway: an unreachable cluster fails here
+    if may_be_gang(run_config.cluster):
+        from dataclasses import replace
+
+        from cw_cli.render.jobset import GROUP_VERSION_PATH
+
+        request = replace(request, jobset_available=kube.serves(GROUP_VERSION_PATH))
+        rendered = build_plan(request)
+    return PlannedRun(rendered, request, cluster_facts=True)
+
+
+@dataclass
+class Run:
+    """A run on the cluster: read its state and logs, wait for it, delete it.
+
+    Attributes:
+        name: The run's name.
+        session: The session (connection and namespace) it lives in.
+        owner_kind: ``Job``, ``JobSet`` or, for servers only, ``ConfigMap``.
+        launch: What the submit created (None for a run found by name).
+    """
+
+    name: str
+    session: "Session"
+    owner_kind: str = "Job"
+    launch: "LaunchResult | None" = None
+    _plan: "Plan | None" = field(default=None, repr=False)
+
+    def status(self) -> "RunView":
+        """The run's state, pods, servers and why anything is stuck.
+
+        Raises:
+            NotFound: The run has no object in the namespace.
+        """
+        from cw_cli.k8s.inspect import run_status
+
+        return run_status(self.session.kube, self.name)
+
+    def logs(
+        self, *, role: str = "trainer", rank: int | None = None, follow: bool = False, tail: int | None = None,
+        notice: Progress = _quiet,
+    ) -> Iterator[str]:  # fmt: skip
+        """Log lines of one pod (the trainer's rank 0 by default), through the API server."""
+        from cw_cli.k8s.operations import stream_logs
+
+        return stream_logs(self.session.kube, self.name, role=role, rank=rank, follow=follow, tail=tail, notice=notice)
+
+    def wait(self, timeout: float | None = None, progress: Progress = _quiet) -> str:
+        """Block until the trainer ends; then stop the run's servers (their GPUs come back at once).
+
+        Returns:
+            ``"Succeeded"``.
+
+        Raises:
+            RunFailed: The trainer failed (the message carries its reason).
+            WaitTimeout: Still running after ``timeout`` seconds.
+        """
+        from cw_cli.errors import RunFailed
+        from cw_cli.k8s.operations import wait_for_run
+
+        owner = self.name if self.owner_kind == "JobSet" else f"{self.name}-trainer"
+        try:
+            state = wait_for_run(self.session.kube, owner, timeout, progress, kind=self.owner_kind)
+        except RunFailed:
+            self.stop_servers(progress)
+            raise
+        self.stop_servers(progress)
+        return state
+
+    def wait_for_servers(self, timeout: float | None = None, progress: Progress = _quiet) -> None:
+        """Block until the run's servers are Ready (a ``--services`` run)."""
+        from cw_cli.k8s.launch import wait_for_deployments
+        from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S
+
+        names = self._plan.service_deployments if self._plan else [
+            f"{self.name}-{role}" for role in ("server", "reward")
+        ]  # fmt: skip
+        wait_for_deployments(self.session.kube, self.name, names, timeout or DEFAULT_SERVICES_TIMEOUT_S, progress)
+
+    def stop_servers(self, progress: Progress = _quiet) -> list[str]:
+        """Scale the run's server Deployments to zero (a JobSet run's servers stop by themselves)."""
+        from cw_cli.k8s.operations import stop_services
+
+        stopped = stop_services(self.session.kube, self.name)
+        if stopped:
+            progress(f"stopped {', '.join(stopped)} (scaled to 0; `cw delete {self.name}` removes the rest)")
+        return stopped
+
+    def delete(self) -> list[str]:
+        """Delete every object of the run; returns ``Kind/name`` of each."""
+        from cw_cli.k8s.operations import delete_run
+
+        return delete_run(self.session.kube, self.name)
+
+
+class Session:
+    """One cluster connection and namespace, reused by every call (a sweep pays for it once).
+
+    Args:
+        context: kubeconfig context (default: the current one).
+        namespace: Namespace (default: the context's).
+        kubeconfig: kubeconfig file (default: ``$KUBECONFIG``, else ``~/.kube/config``).
+        registry: Frameworks (default: built-in and plugins, loaded once).
+    """
+
+    def __init__(
+        self,
+        context: str | None = None,
+        namespace: str | None = None,
+        registry: "FrameworkRegistry | None" = None,
+        kubeconfig: str | Path | None = None,
+    ) -> None:
+        self.context = context
+        self.kubeconfig = str(kubeconfig) if kubeconfig else None
+        self._namespace = namespace
+        self._registry = registry
+        self._kube: "Kube | None" = None
+
+    @property
+    def kube(self) -> "Kube":
+        """The connection, made on first use.
+
+        Raises:
+            ClusterUnreachable: No kubeconfig, or the API server does not answer.
+        """
+        if self._kube is None:
+            from cw_cli.k8s.connection import ClusterTarget, connect
+
+            self._kube = connect(ClusterTarget(context=self.context, namespace=self._namespace, kubeconfig=self.kubeconfig))
+        return self._kube
+
+    @property
+    def namespace(self) -> str:
+        """The namespace runs go to."""
+        return self.kube.namespace
+
+    @property
+    def registry(self) -> "FrameworkRegistry":
+        """The frameworks runs are planned with."""
+        if self._registry is None:
+            self._registry = _registry()
+        return self._registry
+
+    def plan(self, config: str | Path | Mapping[str, Any], framework: str, training_type: str, **options: Any) -> PlannedRun:
+        """:func:`plan` with this session's registry and the cluster's facts (see there for options)."""
+        return plan(config, framework, training_type, registry=self.registry, connect=lambda: self.kube, **options)
+
+    def submit(
+        self,
+        planned: PlannedRun,
+        *,
+        server_dry_run: bool = False,
+        progress: Progress = _quiet,
+    ) -> Run:
+        """Create a planned run on the cluster, all or nothing (see :func:`cw_cli.k8s.launch.launch`).
+
+        A plan made offline is made again with the cluster's facts first (it may become a
+        JobSet where the cluster serves JobSet).
+
+        Raises:
+            Conflict: A run of that name exists (nothing was created).
+            NotFound: The namespace, a Secret or a claim the run names is missing.
+            Interrupted: Ctrl-C or a termination signal; what was created is removed.
+            CwError: Any other failure, after removing what was created.
+        """
+        from cw_cli.k8s.launch import launch
+
+        if not planned.cluster_facts and may_be_gang(planned.request.config.cluster):
+            from dataclasses import replace
+
+            from cw_cli.render.jobset import GROUP_VERSION_PATH
+            from cw_cli.render.plan import build_plan
+
+            request = replace(planned.request, jobset_available=self.kube.serves(GROUP_VERSION_PATH))
+            planned = PlannedRun(build_plan(request), request, cluster_facts=True)
+        result = launch(
+            self.kube,
+            planned.plan,
+            server_dry_run=server_dry_run,
+            services_timeout_s=planned.request.services_timeout_s,
+            progress=progress,
+        )
+        return Run(planned.name, self, planned.plan.owner_kind, result, planned.plan)
+
+    def run(self, name: str) -> Run:
+        """The handle of an existing run (its kind is read from the cluster)."""
+        kind = "JobSet" if self.kube.get("JobSet", name) is not None else "Job"
+        return Run(name, self, kind)
+
+    def runs(self) -> list["RunView"]:
+        """Every cw run in the namespace, newest first."""
+        from cw_cli.k8s.inspect import list_runs
+
+        return list_runs(self.kube)
