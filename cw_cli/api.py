@@ -124,6 +124,8 @@ def plan(
     registry: "FrameworkRegistry | None" = None,
     connect: "Callable[[], Kube] | None" = None,
     base_dir: Path | None = None,
+    sweep: str | None = None,
+    _source: Any = None,
 ) -> PlannedRun:
     """Validate a config and render its run, as ``cw FRAMEWORK TYPE CONFIG --dry-run`` does.
 
@@ -152,6 +154,7 @@ def plan(
             is what a launch there creates. Without it the plan is offline (``jobset: auto``
             renders Jobs).
         base_dir: With a mapping: the folder its relative paths resolve from (default: cwd).
+        sweep: The sweep the run belongs to (see :func:`plan_sweep`).
 
     Returns:
         The planned run.
@@ -167,7 +170,10 @@ def plan(
 
     loaded, kind = (registry or _registry()).resolve_type(framework, training_type)
     flags = FlagOverrides(gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull or None)
-    if isinstance(config, Mapping):
+    if _source is not None:  # a sweep's runs: the file was read once
+        path = _source.path
+        run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, source=_source)
+    elif isinstance(config, Mapping):
         path = (base_dir or Path.cwd()) / DICT_CONFIG_NAME
         source = YamlSource(path=path, data=dict(config))
         run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, source=source)
@@ -189,6 +195,7 @@ def plan(
         services_lifetime_s=parse_duration(ttl, "--ttl") if ttl else None,
         services_timeout_s=int(math.ceil(timeout)) if timeout else DEFAULT_SERVICES_TIMEOUT_S,
         resume_changed_config=resume,
+        sweep=sweep,
     )
     rendered = build_plan(request)  # offline first: every config problem is reported before any network
     if connect is None or local:
@@ -202,6 +209,104 @@ def plan(
         request = replace(request, jobset_available=kube.serves(GROUP_VERSION_PATH))
         rendered = build_plan(request)
     return PlannedRun(rendered, request, cluster_facts=True)
+
+
+@dataclass
+class PlannedSweep:
+    """The runs of a sweep, all planned (so all valid) before any is submitted.
+
+    Attributes:
+        name: The sweep's name (its label; each run is ``<name>-<index>``).
+        runs: One planned run per point.
+        points: The overrides of each run, in the same order.
+    """
+
+    name: str
+    runs: list[PlannedRun]
+    points: list[dict[str, Any]]
+
+    def to_yaml(self) -> str:
+        """Every run's manifests, one YAML stream."""
+        return "---\n".join(run.to_yaml() for run in self.runs)
+
+
+def plan_sweep(
+    config: str | Path | Mapping[str, Any],
+    framework: str,
+    training_type: str,
+    *,
+    sweep: list[str] | None = None,
+    name: str | None = None,
+    set: Mapping[str, Any] | list[str] | None = None,  # noqa: A002 - the CLI's --set
+    registry: "FrameworkRegistry | None" = None,
+    connect: "Callable[[], Kube] | None" = None,
+    base_dir: Path | None = None,
+    **options: Any,
+) -> PlannedSweep:
+    """Plan every run of a sweep: the config's ``sweep:`` block and/or ``--sweep key=v1,v2`` flags.
+
+    Each run is the config with one point's overrides applied after ``set`` (see
+    :mod:`cw_cli.sweep`), named ``<sweep name>-<index>``, labelled with the sweep, writing to its
+    own folder, grouped in W&B under the sweep's name. All are validated before this returns:
+    one invalid point refuses the whole sweep, naming it.
+
+    Args:
+        config: A config file or a mapping (with or without a ``sweep`` block).
+        framework: The framework.
+        training_type: Its training type.
+        sweep: ``key=v1,v2,...`` grid axes over the file's (a flag replaces the file's values of
+            its key).
+        name: The sweep's name (default: generated, unique).
+        set: Overrides common to every run.
+        registry: Frameworks to pick from.
+        connect: See :func:`plan`.
+        base_dir: See :func:`plan`.
+        **options: Any other option of :func:`plan` (``gpu``, ``namespace``, ...).
+
+    Raises:
+        ConfigError: The sweep or one of its runs is invalid (every problem, by run).
+    """
+    from cw_cli import sweep as sweeps
+    from cw_cli.config.yaml_source import YamlSource, load_config_file
+    from cw_cli.render.naming import generate_run_name, validate_run_name
+
+    if isinstance(config, Mapping):
+        source = YamlSource(path=(base_dir or Path.cwd()) / DICT_CONFIG_NAME, data=dict(config))
+    else:
+        source = load_config_file(Path(config))
+    data = dict(source.data)
+    block = data.pop(sweeps.SWEEP_KEY, None)
+    spec = sweeps.from_config(block, source.where((sweeps.SWEEP_KEY,))) if block is not None else None
+    spec = sweeps.combine(spec, sweep or [])
+    if spec is None:
+        raise ConfigError([f"{source.path}: no `sweep` block and no --sweep"], hint="e.g. --sweep learning_rate=1e-5,2e-5")
+    if name is not None:
+        sweep_name = validate_run_name(name)
+    else:
+        kind = training_type
+        sweep_name = generate_run_name(framework, kind, source.path.stem)[: sweeps.MAX_SWEEP_NAME].rstrip("-")
+    points = sweeps.check_size(spec, sweep_name)
+    stripped = YamlSource(path=source.path, data=data, lines=source.lines)
+    registry = registry or _registry()
+    runs: list[PlannedRun] = []
+    problems: list[str] = []
+    common = set_assignments(set)
+    for run_name, point in zip(sweeps.run_names(sweep_name, len(points)), points):
+        try:
+            runs.append(
+                plan(
+                    config, framework, training_type, name=run_name, set=[*common, *set_assignments(point)],
+                    registry=registry, sweep=sweep_name, _source=stripped, **options,
+                )
+            )  # fmt: skip
+        except ConfigError as exc:
+            shown = ", ".join(f"{key}={value!r}" for key, value in point.items())
+            problems += [f"run {run_name} ({shown}): {issue}" for issue in exc.issues]
+    if problems:
+        raise ConfigError(problems, hint="fix the sweep's values; no run of it was created")
+    if connect is not None:
+        connect()  # a submit follows: an unreachable cluster fails before anything is created
+    return PlannedSweep(sweep_name, runs, points)
 
 
 @dataclass
@@ -376,6 +481,60 @@ class Session:
             progress=progress,
         )
         return Run(planned.name, self, planned.plan.owner_kind, result, planned.plan)
+
+    def plan_sweep(
+        self, config: str | Path | Mapping[str, Any], framework: str, training_type: str, **options: Any
+    ) -> PlannedSweep:
+        """:func:`plan_sweep` with this session's registry and connection."""
+        return plan_sweep(config, framework, training_type, registry=self.registry, connect=lambda: self.kube, **options)
+
+    def submit_sweep(
+        self, planned: PlannedSweep, *, resume: bool = False, progress: Progress = _quiet
+    ) -> list[Run]:
+        """Create every run of a sweep, or none.
+
+        Runs are created one after another on this session's connection, each all-or-nothing
+        as :meth:`submit`. If one fails, the runs this call created are deleted again before the
+        error propagates, unless ``resume``: then what exists stays, and a later call with
+        ``resume`` skips the runs already on the cluster and creates the rest.
+
+        Raises:
+            CwError: The first failure (its hint says what was removed).
+        """
+        from cw_cli.errors import Conflict, CwError, Interrupted
+
+        created: list[Run] = []
+        runs: list[Run] = []
+        try:
+            for index, run in enumerate(planned.runs, 1):
+                try:
+                    made = self.submit(run)
+                except Conflict:
+                    if not resume:
+                        raise
+                    progress(f"[{index}/{len(planned.runs)}] {run.name} exists: kept")
+                    runs.append(self.run(run.name))
+                    continue
+                created.append(made)
+                runs.append(made)
+                progress(f"[{index}/{len(planned.runs)}] created {run.name}")
+        except (CwError, KeyboardInterrupt) as exc:
+            if resume:
+                raise
+            left = []
+            for made in reversed(created):
+                try:
+                    made.delete()
+                except CwError:
+                    left.append(made.name)
+            note = f"removed the sweep's {len(created)} run(s) it had created" if not left else (
+                f"could not remove: {', '.join(left)}"
+            )  # fmt: skip
+            if isinstance(exc, KeyboardInterrupt):
+                raise Interrupted(f"interrupted; {note}") from None
+            exc.hint = f"{exc.hint}; {note}" if exc.hint else f"{note}; --resume-sweep keeps what was created instead"
+            raise
+        return runs
 
     def run(self, name: str) -> Run:
         """The handle of an existing run (its kind is read from the cluster)."""

@@ -64,6 +64,17 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
                 "--resume", help="Continue the checkpoints in the run's folder even though the config changed."
             ),
         ] = False,
+        sweep: Annotated[
+            Optional[list[str]],
+            typer.Option(
+                "--sweep",
+                help="key=v1,v2,...: one run per value (several --sweep: every combination); --name names the sweep.",
+            ),
+        ] = None,
+        resume_sweep: Annotated[
+            bool,
+            typer.Option("--resume-sweep", help="Keep a sweep's runs if one fails; run again to create the rest."),
+        ] = False,
     ) -> None:
         from cw_cli import api
 
@@ -74,6 +85,13 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
             name=name, namespace=namespace, gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull,
             set=set_ or [], services=services, ttl=ttl, timeout=timeout, resume=resume, local=local,
         )  # fmt: skip
+        if sweep or resume_sweep or _has_sweep_block(config):
+            if local or services or server_dry_run:
+                raise typer.BadParameter("a sweep cannot be combined with --local, --services or --server-dry-run")
+            options.pop("name")
+            _sweep(session, config, framework_name, type_name, registry, sweep or [], name, options,
+                   dry_run, wait, timeout, resume_sweep)  # fmt: skip
+            return
         if session is None:
             planned = api.plan(config, framework_name, type_name, registry=registry, **options)
         else:
@@ -91,6 +109,62 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
 
     command.__doc__ = f"Run `{framework_name} {type_name}` on the cluster."
     return command
+
+
+def _has_sweep_block(config: Path) -> bool:
+    """Whether the config file has a ``sweep:`` block (read before anything else: it decides the command)."""
+    from cw_cli.config.yaml_source import load_config_file
+    from cw_cli.sweep import SWEEP_KEY
+
+    return SWEEP_KEY in load_config_file(config).data
+
+
+def _sweep(
+    session: "api.Session | None",
+    config: Path,
+    framework_name: str,
+    type_name: str,
+    registry: FrameworkRegistry,
+    flags: list[str],
+    name: str | None,
+    options: dict,
+    dry_run: bool,
+    wait: bool,
+    timeout: float | None,
+    resume_sweep: bool,
+) -> None:
+    from rich.markup import escape
+
+    from cw_cli import api
+    from cw_cli.errors import RunFailed
+
+    if session is None:
+        planned = api.plan_sweep(config, framework_name, type_name, sweep=flags, name=name, registry=registry, **options)
+    else:
+        planned = session.plan_sweep(config, framework_name, type_name, sweep=flags, name=name, **options)
+    _print_notices(planned.runs[0].notices)
+    if dry_run:
+        out().file.write(DRY_RUN_HEADER + f"# sweep {planned.name}: {len(planned.runs)} runs\n" + planned.to_yaml())
+        return
+    assert session is not None
+    console = err()
+    console.print(f"sweep [bold]{planned.name}[/]: {len(planned.runs)} runs in namespace {session.namespace} ({session.kube.host})")
+    with _termination_as_interrupt():
+        runs = session.submit_sweep(planned, resume=resume_sweep, progress=lambda line: console.print(f"  {escape(line)}"))
+    console.print(f"next: cw list --sweep {planned.name}   cw delete --sweep {planned.name}")
+    if not wait:
+        return
+    failed = []
+    for run in runs:
+        try:
+            run.wait(timeout)
+            console.print(f"  {run.name}: [green]succeeded[/]")
+        except RunFailed as exc:
+            failed.append(run.name)
+            console.print(f"  {run.name}: [red]{escape(exc.message)}[/]")
+    if failed:
+        raise RunFailed(f"{len(failed)} of {len(runs)} runs of sweep {planned.name} failed: {', '.join(failed)}")
+    console.print(f"[green]all {len(runs)} runs of sweep {planned.name} succeeded[/]")
 
 
 def _print_notices(notices: list[str]) -> None:

@@ -72,6 +72,7 @@ MANAGED_BY = "cw"
 DEFAULT_SERVICES_TIMEOUT_S = 1800
 RUN_LABEL = "cw-cli.dev/run"
 TYPE_LABEL = "cw-cli.dev/training-type"
+SWEEP_LABEL = "cw-cli.dev/sweep"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
@@ -93,6 +94,8 @@ class RunRequest:
         services_timeout_s: How long the trainer waits for its servers to answer before it fails.
         resume_changed_config: ``--resume``: continue the checkpoints in the run's folder even
             if they were written under another config.
+        jobset_available: Whether the cluster serves JobSet (None: not asked, a dry run).
+        sweep: The sweep the run belongs to (its label, and the W&B group).
     """
 
     framework: LoadedFramework
@@ -106,6 +109,7 @@ class RunRequest:
     services_timeout_s: int = DEFAULT_SERVICES_TIMEOUT_S
     resume_changed_config: bool = False
     jobset_available: bool | None = None
+    sweep: str | None = None
 
 
 @dataclass
@@ -150,6 +154,7 @@ def _labels(request: RunRequest) -> dict[str, str]:
         "app.kubernetes.io/version": __version__,
         RUN_LABEL: request.run_name,
         TYPE_LABEL: request.training_type.value,
+        **({SWEEP_LABEL: request.sweep} if request.sweep else {}),
     }
 
 
@@ -535,7 +540,7 @@ def build_plan(request: RunRequest) -> Plan:
         trainer_env = _env(
             {
                 **fabric,
-                **tracking_env(request.run_name, tracking),
+                **tracking_env(request.run_name, tracking, group=request.sweep),
                 **base_env,
                 **framework.trainer_env(context),
                 IDENTITY_ENV: json.dumps(identity, sort_keys=True),

@@ -19,11 +19,13 @@ TENSORBOARD_ANNOTATION = "cw-cli.dev/tensorboard-dir"
 WANDB_HOST = "https://wandb.ai"
 
 
-def tracking_env(run_name: str, tracking: Tracking) -> dict[str, str]:
-    """Environment variables for the trainer that tie its W&B run to the cw run."""
+def tracking_env(run_name: str, tracking: Tracking, group: str | None = None) -> dict[str, str]:
+    """Environment variables for the trainer that tie its W&B run to the cw run (and its sweep)."""
     if not tracking.wandb:
         return {}
     env = {"WANDB_RESUME": "allow"}  # resume the W&B run of that id if it exists, else create it
+    if group:
+        env["WANDB_RUN_GROUP"] = group  # a sweep's runs side by side in W&B
     if not tracking.wandb_run_id:
         env["WANDB_RUN_ID"] = run_name
     if not tracking.run_name:

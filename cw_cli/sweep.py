@@ -1,0 +1,125 @@
+"""Sweeps: many runs from one config, as a grid of values and/or a list of variants.
+
+A config's ``sweep:`` block, or ``--sweep key=v1,v2`` on the command line::
+
+    sweep:
+      grid:                       # every combination, in key order
+        learning_rate: [1.0e-5, 2.0e-5, 5.0e-5]
+        lora_r: [8, 16]
+      variants:                   # and these, after the grid
+        - {learning_rate: 1.0e-4, lora_r: 64}
+
+Each run gets the overrides of one point, applied like ``--set`` (dotted keys nest). Pure: no
+cluster, no printing.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from cw_cli.errors import ConfigError
+
+SWEEP_KEY = "sweep"
+#: Room left in a run name (40 characters) for the sweep's "-<index>".
+MAX_SWEEP_NAME = 34
+MAX_RUNS = 1000
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The points of a sweep.
+
+    Attributes:
+        grid: Key -> the values to try; every combination is a run.
+        variants: Explicit runs, each a mapping of overrides.
+    """
+
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    variants: list[dict[str, Any]] = field(default_factory=list)
+
+    def points(self) -> list[dict[str, Any]]:
+        """The overrides of every run: the grid's combinations, then the variants."""
+        points: list[dict[str, Any]] = []
+        if self.grid:
+            keys = list(self.grid)
+            points += [dict(zip(keys, values)) for values in itertools.product(*(self.grid[k] for k in keys))]
+        points += [dict(variant) for variant in self.variants]
+        return points
+
+
+def parse_flag(assignment: str) -> tuple[str, list[Any]]:
+    """``--sweep key=v1,v2,...`` -> (key, values), each value typed as YAML (``1e-5`` is a float).
+
+    Raises:
+        ConfigError: No ``=``, an empty key or no values.
+    """
+    from cw_cli.config.yaml_source import parse_scalar
+
+    key, sep, values = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key or not values.strip():
+        raise ConfigError(
+            [f"--sweep {assignment!r}: expected key=value1,value2,..."], hint="e.g. --sweep learning_rate=1e-5,2e-5"
+        )
+    return key, [parse_scalar(value.strip()) for value in values.split(",")]
+
+
+def from_config(block: Any, where: str) -> SweepSpec:
+    """The ``sweep:`` block of a config file.
+
+    Args:
+        block: The block's value.
+        where: ``file:line`` of the block, for messages.
+
+    Raises:
+        ConfigError: Not a mapping of ``grid`` (key -> list) and ``variants`` (list of mappings).
+    """
+    hint = "write `sweep: {grid: {learning_rate: [1.0e-5, 2.0e-5]}, variants: [{lora_r: 64}]}`"
+    if not isinstance(block, dict) or set(block) - {"grid", "variants"}:
+        raise ConfigError([f"{where}: `sweep` must be a mapping with `grid` and/or `variants`"], hint=hint)
+    grid = block.get("grid") or {}
+    variants = block.get("variants") or []
+    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+        raise ConfigError([f"{where}: `sweep.grid` must map each key to a non-empty list of values"], hint=hint)
+    if not isinstance(variants, list) or not all(isinstance(v, dict) and v for v in variants):
+        raise ConfigError([f"{where}: `sweep.variants` must be a list of non-empty mappings"], hint=hint)
+    return SweepSpec(grid={str(k): list(v) for k, v in grid.items()}, variants=[dict(v) for v in variants])
+
+
+def combine(from_file: SweepSpec | None, flags: list[str]) -> SweepSpec | None:
+    """The file's sweep with ``--sweep`` flags over it (a flag replaces the file's values of its key)."""
+    if not flags:
+        return from_file
+    grid = dict(from_file.grid) if from_file else {}
+    for assignment in flags:
+        key, values = parse_flag(assignment)
+        grid[key] = values
+    return SweepSpec(grid=grid, variants=list(from_file.variants) if from_file else [])
+
+
+def run_names(sweep_name: str, count: int) -> list[str]:
+    """``<sweep>-<index>``, the index zero-padded so the names sort in sweep order."""
+    width = len(str(count - 1)) if count > 1 else 1
+    return [f"{sweep_name}-{index:0{width}d}" for index in range(count)]
+
+
+def check_size(spec: SweepSpec, sweep_name: str) -> list[dict[str, Any]]:
+    """The sweep's points, refusing an empty or oversized sweep and a name with no room for indexes.
+
+    Raises:
+        ConfigError: No points, more than :data:`MAX_RUNS`, or a sweep name too long.
+    """
+    points = spec.points()
+    if not points:
+        raise ConfigError(["the sweep has no runs"], hint="give `grid` values or `variants`")
+    if len(points) > MAX_RUNS:
+        raise ConfigError([f"the sweep has {len(points)} runs, more than {MAX_RUNS}"], hint="split it into several sweeps")
+    longest = len(run_names(sweep_name, len(points))[-1])
+    if longest > 40:
+        raise ConfigError(
+            [f"sweep name {sweep_name!r} leaves no room for the run index (run names are at most 40 characters)"],
+            hint=f"use a sweep name of at most {40 - (longest - len(sweep_name))} characters",
+        )
+    return points
