@@ -48,7 +48,7 @@ def to_json(runs: Iterable[RunMetrics], metrics: Sequence[str] | None = None) ->
             for run in runs
         ]
     }
-    return json.dumps(document, indent=1) + "\n"
+    return json.dumps(document) + "\n"  # no indent: the C encoder, 10x faster on long runs
 
 
 def to_csv(runs: Iterable[RunMetrics], metrics: Sequence[str] | None = None) -> str:

@@ -317,3 +317,33 @@ def test_help_imports_no_plotting_or_metrics_code():
     assert "cw_cli.cli.metrics" in imported  # the command is registered...
     assert not {m for m in imported if m.split(".")[0] in ("matplotlib", "plotext")}
     assert not {m for m in imported if m.startswith("cw_cli.metrics")}  # ...its code loads only when run
+
+
+# --------------------------------------------------------------------------- fast path = literal_eval
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_keys = st.one_of(st.sampled_from(["loss", "epoch", "reward", "rewards/a/mean", "eval_loss"]), st.text(max_size=8))
+_values = st.one_of(st.floats(), st.integers(), st.booleans(), st.none(), st.text(max_size=8),
+                    st.floats().map(lambda v: f"{v:.4g}"), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_keys, _values, max_size=6))
+def test_any_printed_dict_is_read_back_exactly(record):
+    """Whatever dict a trainer prints (its repr), the record read back holds its numbers, whichever
+    path (regex or literal_eval) reads it."""
+    from cw_cli.metrics.parse import MARKER_KEYS, to_number
+
+    text = repr(record)
+    expected = {k: to_number(v) for k, v in record.items() if to_number(v) is not None}
+    if not any(k in MARKER_KEYS for k in record) or not expected:
+        expected = None
+    got = parse_record(text)
+    if expected is None or got is None:
+        assert got == expected, text
+    else:
+        assert got.keys() == expected.keys(), text
+        for k in got:
+            assert got[k] == expected[k] or (math.isnan(got[k]) and math.isnan(expected[k])), text
