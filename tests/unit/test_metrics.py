@@ -347,3 +347,31 @@ def test_any_printed_dict_is_read_back_exactly(record):
         assert got.keys() == expected.keys(), text
         for k in got:
             assert got[k] == expected[k] or (math.isnan(got[k]) and math.isnan(expected[k])), text
+
+
+def test_follow_redraws_table_and_chart_from_the_streamed_log(monkeypatch):
+    """--follow without a cluster: the pod's log stream is replaced by the recorded lines."""
+    from rich.console import Console
+
+    import cw_cli.cli.app as app
+    import cw_cli.cli.metrics as command
+    import cw_cli.metrics.sources as sources
+
+    calls = []
+
+    def fake_lines(kube, run, rank, follow=False, notice=None):
+        calls.append((kube, run, rank, follow))
+        yield from RECORDED[0].read_bytes().decode().split("\n")
+
+    screen = Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None)
+    monkeypatch.setattr(sources, "pod_log_lines", fake_lines)
+    monkeypatch.setattr(app, "_kube", lambda context, namespace: "kube")
+    monkeypatch.setattr(command, "out", lambda: screen)
+    monkeypatch.setattr(command, "_REDRAW_S", 0.0)
+    run = command._follow("my-run", 2, None, None, [], show=True)
+    assert calls == [("kube", "my-run", 2, True)]
+    expected = read_lines(RECORDED[0].read_bytes().decode().split("\n"), "x", "y")
+    assert run.series() == expected.series() and run.source.endswith("rank 2")
+    drawn = screen.file.getvalue()
+    last_loss = expected.latest()["loss"][1]
+    assert drawn.count(f"{last_loss:.4g}") >= 1 and drawn.count("┤") >= 10
