@@ -153,9 +153,9 @@ def metrics_command(
         raise ConfigError(["--follow reads one run on the cluster"], hint="give a single run name")
     asked = list(metric or [])
     if png is not None:
-        from cw_cli.metrics.plot import build_figure
+        from cw_cli.metrics.plot import require_matplotlib
 
-        build_figure([], [])  # fail now, not after reading the logs, when matplotlib is missing
+        require_matplotlib()  # fail now, not after reading the logs
 
     if follow:
         loaded = [_follow(runs[0], rank, namespace, context, asked, show=output == "table" and png is None)]

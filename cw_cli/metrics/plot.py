@@ -16,17 +16,27 @@ if TYPE_CHECKING:
 INSTALL_HINT = "pip install 'cw-cli[plot]'"
 
 
+def require_matplotlib() -> None:
+    """Check matplotlib can be imported (before any log is read).
+
+    Raises:
+        ConfigError: It cannot; the message names the extra to install.
+    """
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ConfigError([f"--png needs matplotlib, which is not installed: {INSTALL_HINT}"], hint=INSTALL_HINT) from None
+
+
 def build_figure(runs: Sequence[RunMetrics], metrics: Sequence[str]) -> "Figure":
     """The figure: one panel per metric (shared step axis), one line per run that logged it.
 
     Raises:
         ConfigError: matplotlib is not installed.
     """
-    try:
-        # The Figure API directly (no pyplot): no GUI backend, no global state.
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise ConfigError([f"--png needs matplotlib, which is not installed: {INSTALL_HINT}"], hint=INSTALL_HINT) from None
+    require_matplotlib()
+    # The Figure API directly (no pyplot): no GUI backend, no global state.
+    from matplotlib.figure import Figure
 
     figure = Figure(figsize=(8.0, 2.6 * max(len(metrics), 1) + 0.6), dpi=100, layout="constrained")
     axes = figure.subplots(max(len(metrics), 1), 1, sharex=True, squeeze=False)[:, 0]
