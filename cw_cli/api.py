@@ -40,6 +40,9 @@ Progress = Callable[[str], None]
 #: A config given as a mapping is read as if it were a file in this folder (relative paths in it,
 #: e.g. ``files:``, resolve from there); messages name it like this.
 DICT_CONFIG_NAME = "<config mapping>"
+#: Runs of a sweep created at once: enough to hide request latency, few enough for the API
+#: server's default in-flight limits and the client's connection pool (10).
+SWEEP_PARALLEL = 8
 
 
 def _quiet(_: str) -> None:
@@ -489,52 +492,68 @@ class Session:
         return plan_sweep(config, framework, training_type, registry=self.registry, connect=lambda: self.kube, **options)
 
     def submit_sweep(
-        self, planned: PlannedSweep, *, resume: bool = False, progress: Progress = _quiet
+        self, planned: PlannedSweep, *, resume: bool = False, progress: Progress = _quiet, parallel: int = SWEEP_PARALLEL
     ) -> list[Run]:
         """Create every run of a sweep, or none.
 
-        Runs are created one after another on this session's connection, each all-or-nothing
-        as :meth:`submit`. If one fails, the runs this call created are deleted again before the
-        error propagates, unless ``resume``: then what exists stays, and a later call with
-        ``resume`` skips the runs already on the cluster and creates the rest.
+        Runs are created ``parallel`` at a time on this session's connection pool, each
+        all-or-nothing as :meth:`submit`. If one fails, the runs this call created are deleted
+        again before the error propagates, unless ``resume``: then what exists stays, and a later
+        call with ``resume`` skips the runs already on the cluster and creates the rest.
 
         Raises:
             CwError: The first failure (its hint says what was removed).
+            Interrupted: Ctrl-C; the sweep's runs created so far are removed.
         """
+        from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
         from cw_cli.errors import Conflict, CwError, Interrupted
 
-        created: list[Run] = []
-        runs: list[Run] = []
-        try:
-            for index, run in enumerate(planned.runs, 1):
-                try:
-                    made = self.submit(run)
-                except Conflict:
-                    if not resume:
-                        raise
-                    progress(f"[{index}/{len(planned.runs)}] {run.name} exists: kept")
-                    runs.append(self.run(run.name))
-                    continue
-                created.append(made)
-                runs.append(made)
-                progress(f"[{index}/{len(planned.runs)}] created {run.name}")
-        except (CwError, KeyboardInterrupt) as exc:
-            if resume:
-                raise
-            left = []
-            for made in reversed(created):
-                try:
-                    made.delete()
-                except CwError:
-                    left.append(made.name)
-            note = f"removed the sweep's {len(created)} run(s) it had created" if not left else (
-                f"could not remove: {', '.join(left)}"
-            )  # fmt: skip
-            if isinstance(exc, KeyboardInterrupt):
-                raise Interrupted(f"interrupted; {note}") from None
-            exc.hint = f"{exc.hint}; {note}" if exc.hint else f"{note}; --resume-sweep keeps what was created instead"
-            raise
-        return runs
+        total = len(planned.runs)
+        kube = self.kube  # connect once, before the threads share the connection pool
+
+        def create(index: int, run: PlannedRun) -> tuple[Run, bool]:
+            try:
+                made = self.submit(run)
+            except Conflict:
+                if not resume:
+                    raise
+                progress(f"[{index}/{total}] {run.name} exists: kept")
+                return Run(run.name, self, "JobSet" if kube.get("JobSet", run.name) else "Job"), False
+            progress(f"[{index}/{total}] created {run.name}")
+            return made, True
+
+        failure: BaseException | None = None
+        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+            futures = [pool.submit(create, index, run) for index, run in enumerate(planned.runs, 1)]
+            try:
+                done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+                failure = next((f.exception() for f in futures if f.done() and f.exception()), None)
+            except KeyboardInterrupt as exc:
+                failure = exc
+            if failure is not None:
+                for future in futures:
+                    future.cancel()
+                wait(futures)  # let the runs being created finish (or roll themselves back)
+        created = [f.result()[0] for f in futures if not f.cancelled() and not f.exception() and f.result()[1]]
+        if failure is None:
+            return [f.result()[0] for f in futures]
+        if resume and not isinstance(failure, KeyboardInterrupt):
+            raise failure
+        left = []
+        for made in reversed(created):
+            try:
+                made.delete()
+            except CwError:
+                left.append(made.name)
+        note = f"removed the sweep's {len(created)} run(s) it had created" if not left else (
+            f"could not remove: {', '.join(left)}"
+        )  # fmt: skip
+        if isinstance(failure, KeyboardInterrupt):
+            raise Interrupted(f"interrupted; {note}") from None
+        if isinstance(failure, CwError):
+            failure.hint = f"{failure.hint}; {note}" if failure.hint else f"{note}; --resume-sweep keeps what was created instead"
+        raise failure
 
     def run(self, name: str) -> Run:
         """The handle of an existing run (its kind is read from the cluster)."""
