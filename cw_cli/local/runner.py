@@ -430,15 +430,3 @@ class LocalRunner:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         self.cleanup()
-
-
-def run_plan_locally(
-    manifests: Iterable[Mapping[str, Any]],
-    checkpoint_dir: os.PathLike | str,
-    **kwargs: Any,
-) -> tuple[int, list[str]]:
-    """Convenience: run and collect every output line. Returns (exit code, lines)."""
-    out: list[str] = []
-    with LocalRunner(manifests, checkpoint_dir, **kwargs) as runner:
-        code = runner.run(out.append)
-    return code, out
