@@ -216,6 +216,14 @@ def duration(seconds: float) -> str:
     return f"{secs}s"
 
 
+#: A trainer's Job (or JobSet) replaces a disrupted pod by itself, without counting it as a failure.
+_EVICTED_FIX = (
+    "the run replaces a disrupted trainer pod by itself and resumes from its last checkpoint (a failed run: "
+    "relaunch it); if the node ran short of memory, set {field} to what the run really uses (its request), "
+    "so its pod is not the first one evicted"
+)
+
+
 def _role(pod: dict[str, Any]) -> str:
     return ((pod.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component") or "pod"
 
@@ -300,8 +308,7 @@ def explain_pod(
             found.append(Explanation(
                 "evicted", "evicted",
                 f"the {role} pod was evicted: {evicted_by}: {message}".rstrip(": "),
-                "relaunch (a run resumes from its last checkpoint); if the node ran short of memory, set "
-                f"{_memory_field(role)} to what the run really uses so the pod is not the first one evicted",
+                _EVICTED_FIX.format(field=_memory_field(role)),
                 name,
             ))
         break
@@ -310,8 +317,7 @@ def explain_pod(
             found.append(Explanation(
                 "evicted", "evicted",
                 f"the {role} pod was evicted by its node: {status.get('message') or 'Evicted'}",
-                f"relaunch (a run resumes from its last checkpoint); set {_memory_field(role)} to what the run "
-                "really uses so the pod is not the first one evicted",
+                _EVICTED_FIX.format(field=_memory_field(role)),
                 name,
             ))
 
@@ -324,7 +330,7 @@ def explain_pod(
             waited = f" for {duration((now - started).total_seconds())}" if started else ""
             found.append(Explanation(
                 "init-waiting", f"waiting for {server}",
-                f"the {role} has not started: its init container {container} has waited{waited} for the {server} server to answer",
+                f"the {role} has not started: its init container {container} has waited{waited} for its {server} service to answer",
                 f"see whether the {server} server runs (`cw status` lists it; `cw logs RUN --role {server}`); "
                 "it gives up after the services timeout",
                 name, container, last_lines(logs.get(container, []), 3),

@@ -231,8 +231,12 @@ def _explain_run(
     """Fill ``view.explanations`` and ``view.failure`` from the run's owners, pods and log tails."""
     if view.state == "Succeeded":
         return
-    if view.state != "Failed":  # a run still going: only what holds its live pods, not retried ones
-        pods = [p for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
+    disrupted: set[str] = set()
+    if view.state != "Failed":
+        # A run still going: what holds its live pods, and the disruptions its Job or JobSet
+        # replaced (they say why it started over), not the attempts it retried.
+        disrupted = {p["metadata"]["name"] for p in pods if _disrupted(p) and _phase(p) not in ("Pending", "Running")}
+        pods = [p for p in pods if _phase(p) in ("Pending", "Running") or p["metadata"]["name"] in disrupted]
     logs: dict[tuple[str, str], list[str]] = {}
     if read_logs:
         newest_first = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)
@@ -243,7 +247,18 @@ def _explain_run(
                 tail = read_log_tail(kube, pod, container, log_lines)
             logs[(pod["metadata"]["name"], container)] = tail
     view.explanations = diagnose(owners, pods, logs)
-    view.failure = summary(view.explanations)
+    view.failure = summary([e for e in view.explanations if e.pod not in disrupted])
+
+
+def _phase(pod: dict[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase", ""))
+
+
+def _disrupted(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    return status.get("reason") == "Evicted" or any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
 
 
 def list_runs(

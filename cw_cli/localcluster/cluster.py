@@ -41,7 +41,7 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 QUEUEING = ("jobset", "kueue")  # optional components `up(kueue=True)` builds and starts, in this order
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"  # data only: pod IPs written by kwok are never reachable
-STAGES = ("node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-complete",
+STAGES = ("node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-waiting", "pod-complete",
           "pod-fail", "pod-terminate", "pod-delete")
 FAKE_LOG_LINES = (
     "cw local cluster: this pod runs on a KWOK fake node; no container was started.",
