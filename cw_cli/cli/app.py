@@ -45,6 +45,9 @@ def complete_run(ctx: typer.Context, incomplete: str) -> list[str]:
 RunArgument = Annotated[
     str, typer.Argument(help="Run name.", metavar="RUN", autocompletion=complete_run, show_default=False)
 ]
+OptionalRunArgument = Annotated[
+    Optional[str], typer.Argument(help="Run name.", metavar="RUN", autocompletion=complete_run, show_default=False)
+]
 
 
 def _version(value: bool) -> None:
@@ -94,6 +97,7 @@ def list_command(
     framework: Annotated[
         Optional[list[str]], typer.Option("--framework", help="Only runs of this framework (repeatable).", metavar="NAME")
     ] = None,
+    sweep: Annotated[Optional[str], typer.Option("--sweep", help="Only the runs of this sweep.", metavar="NAME")] = None,
     output: OutputOption = "table",
 ) -> None:
     """List the runs in the namespace, with state, GPUs, age and why a failed run failed."""
@@ -111,12 +115,14 @@ def list_command(
         runs = [run for run in runs if state_key(run.state) in states]
     if framework:
         runs = [run for run in runs if run.framework in framework]
+    if sweep:
+        runs = [run for run in runs if run.sweep == sweep]
     if output != "table":
         out().file.write(dump(list_dict(runs), output))
         return
     if not runs:
         where = "any namespace" if all_namespaces else f"namespace {kube.namespace}"
-        err().print(f"no {'matching ' if state or framework else ''}runs in {where}")
+        err().print(f"no {'matching ' if state or framework or sweep else ''}runs in {where}")
         return
     columns = ["RUN", "FRAMEWORK", "TYPE", "STATE", "GPUS", "AGE", "REASON"]
     table = Table(*(["NAMESPACE"] if all_namespaces else []), *columns, box=None)
@@ -152,6 +158,12 @@ def status_command(
     console.print("objects: " + ", ".join(view.objects))
     if view.restarts is not None:
         console.print(f"gang restarts: {view.restarts} (JobSet; each resumes from the last checkpoint)")
+    if view.sweep:
+        console.print(f"sweep: {escape(view.sweep)} (cw list --sweep {escape(view.sweep)})")
+    if "wandb" in view.links:
+        console.print(f"W&B: {escape(view.links['wandb'])}")
+    if "tensorboard" in view.links:
+        console.print(f"TensorBoard event files: {escape(view.links['tensorboard'])} (on the checkpoint volume)")
     if view.pods:
         table = Table("POD", "ROLE", "RANK", "PHASE", "READY", "NODE", box=None)
         for pod in view.pods:
@@ -205,11 +217,24 @@ def logs_command(
 
 
 @handle_errors
-def delete_command(run: RunArgument, namespace: NamespaceOption = None, context: ContextOption = None) -> None:
-    """Delete every object of a run (and nothing else)."""
-    from cw_cli.k8s.operations import delete_run
+def delete_command(
+    run: OptionalRunArgument = None,
+    sweep: Annotated[Optional[str], typer.Option("--sweep", help="Delete every run of this sweep.", metavar="NAME")] = None,
+    namespace: NamespaceOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Delete every object of a run, or of every run of a sweep (and nothing else)."""
+    from cw_cli.errors import ConfigError
+    from cw_cli.k8s.operations import delete_run, delete_sweep
 
-    deleted = delete_run(_kube(context, namespace), run)
+    if (run is None) == (sweep is None):
+        raise ConfigError(["give a run name or --sweep NAME (not both)"], hint="cw delete RUN, or cw delete --sweep NAME")
+    kube = _kube(context, namespace)
+    if sweep is not None:
+        runs = delete_sweep(kube, sweep)
+        err().print(f"deleted the {len(runs)} run(s) of sweep {sweep}: {', '.join(runs)}")
+        return
+    deleted = delete_run(kube, run)
     err().print(f"deleted {', '.join(deleted)}")
 
 
@@ -257,10 +282,8 @@ def _add_framework_commands(app: typer.Typer, registry: FrameworkRegistry) -> No
 
 
 def _add_cluster_commands(app: typer.Typer) -> None:
-    try:
-        from cw_cli.cli.cluster import cluster_app
-    except ImportError:
-        return
+    from cw_cli.cli.cluster import cluster_app  # a broken import must fail loudly, not hide the command
+
     app.add_typer(cluster_app, name="cluster", help="A local test cluster (real control plane, fake GPU nodes).")
 
 

@@ -17,7 +17,10 @@ if TYPE_CHECKING:
 API_VERSION = "cw-cli.dev/v1"
 OUTPUTS = ("table", "json", "yaml")
 #: Fields of every run, in `cw list -o json` (items[]) and `cw status -o json`.
-RUN_FIELDS = ("name", "namespace", "framework", "type", "state", "gpus", "created", "age_seconds", "restarts", "failure", "objects")
+RUN_FIELDS = (
+    "name", "namespace", "framework", "type", "state", "gpus", "created", "age_seconds", "restarts", "failure", "objects",
+    "sweep", "links",
+)  # fmt: skip
 #: Fields `cw status -o json` adds.
 STATUS_FIELDS = ("pods", "services", "queue", "problems", "explanations")
 POD_FIELDS = ("name", "role", "rank", "phase", "ready", "node", "reason")
@@ -71,6 +74,8 @@ def run_dict(view: "RunView", now: datetime | None = None) -> dict[str, Any]:
         "restarts": view.restarts,
         "failure": view.failure,
         "objects": list(view.objects),
+        "sweep": view.sweep,
+        "links": dict(view.links),
     }
 
 

@@ -13,7 +13,8 @@ from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.diagnose import Explanation, diagnose, log_requests, summary
 from cw_cli.render.jobset import JOBSET_NAME_LABEL, TRAINER
 from cw_cli.render.keeper import LIFETIME_ANNOTATION
-from cw_cli.render.plan import KUEUE_QUEUE_LABEL, MANAGED_BY, RUN_LABEL
+from cw_cli.render.plan import KUEUE_QUEUE_LABEL, MANAGED_BY, RUN_LABEL, SWEEP_LABEL
+from cw_cli.render.tracking import TENSORBOARD_ANNOTATION, WANDB_URL_ANNOTATION
 
 GPU = "nvidia.com/gpu"
 WORKLOAD_JOB_UID = "kueue.x-k8s.io/job-uid"  # Kueue's label on the Workload of a Job
@@ -71,6 +72,10 @@ class RunView:
     #: Why the run failed, or what holds it (an image pull, a crash loop), in a few words.
     failure: str | None = None
     explanations: list[Explanation] = field(default_factory=list)
+    #: The sweep the run belongs to.
+    sweep: str | None = None
+    #: Where to watch the training: ``wandb`` (the W&B run's page), ``tensorboard`` (the event files' folder).
+    links: dict[str, str] = field(default_factory=dict)
 
 
 #: Kinds whose API exists only where an add-on is installed: absent means no such object.
@@ -173,6 +178,24 @@ MAX_LOGS_PER_RUN = 4
 OWNER_KINDS = ("JobSet", "Job")
 
 
+def sweep_runs(kube: Kube, sweep: str) -> list[str]:
+    """Names of the runs of a sweep in the namespace (its label on their ConfigMaps, which every run has).
+
+    Raises:
+        ConfigError: ``sweep`` is not a name (a crafted one must never widen the selector).
+    """
+    if not _LABEL_VALUE.match(sweep):
+        raise ConfigError([f"{sweep!r} is not a sweep name"], hint="`cw list` shows the runs and their sweeps")
+    selector = f"{run_selector()},{SWEEP_LABEL}={sweep}"
+    return sorted({(o["metadata"].get("labels") or {}).get(RUN_LABEL, "") for o in kube.list("ConfigMap", selector)} - {""})
+
+
+def _links(owner: dict[str, Any]) -> dict[str, str]:
+    annotations = owner["metadata"].get("annotations") or {}
+    found = {"wandb": annotations.get(WANDB_URL_ANNOTATION), "tensorboard": annotations.get(TENSORBOARD_ANNOTATION)}
+    return {name: value for name, value in found.items() if value}
+
+
 def _collect_runs(
     kube: Kube, run_name: str | None, all_namespaces: bool
 ) -> tuple[dict[tuple[str, str], RunView], dict[tuple[str, str], list[tuple[str, dict[str, Any]]]]]:
@@ -188,10 +211,13 @@ def _collect_runs(
         view = runs.setdefault(key, RunView(name=name, namespace=key[0]))
         view.framework = labels.get("app.kubernetes.io/name", view.framework)
         view.training_type = labels.get("cw-cli.dev/training-type", view.training_type)
+        view.sweep = labels.get(SWEEP_LABEL, view.sweep)
         view.objects.append(f"{kind}/{obj['metadata']['name']}")
         created = _created(obj)
         if created and (view.created is None or created < view.created):
             view.created = created
+        if kind in ("Job", "JobSet"):
+            view.links.update(_links(obj))
         if kind == "JobSet":
             view.state = jobset_state(obj)
             view.gpus += _jobset_gpus(obj)

@@ -33,6 +33,22 @@ def delete_run(kube: Kube, run_name: str) -> list[str]:
     return deleted
 
 
+def delete_sweep(kube: Kube, sweep: str) -> list[str]:
+    """Delete every run of a sweep (runs labelled with it); return their names.
+
+    Raises:
+        NotFound: No run of that sweep in the namespace.
+    """
+    from cw_cli.k8s.inspect import sweep_runs
+
+    names = sweep_runs(kube, sweep)
+    if not names:
+        raise NotFound(f"no run of sweep {sweep!r} in namespace {kube.namespace!r}", hint="`cw list` shows the runs")
+    for name in names:
+        delete_run(kube, name)
+    return names
+
+
 def stop_services(kube: Kube, run_name: str) -> list[str]:
     """Scale a run's servers to zero replicas so they free their GPUs; return their names."""
     stopped = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -62,3 +63,34 @@ def test_the_cli_submits_a_sweep_from_the_configs_block(cw_env, kube_api, namesp
     assert "sweep cli-sweep: 3 runs" in result.stderr and "[3/3] created cli-sweep-2" in result.stderr
     assert _jobs(kube_api, namespace, "cli-sweep") == [f"cli-sweep-{i}-trainer" for i in range(3)]
     print(f"\n3-run sweep through the CLI in {time.monotonic() - started:.1f} s")
+
+
+def test_list_and_delete_act_on_a_whole_sweep(cw_env, kube_api, namespace, tmp_path, wait_for):
+    data = {**SFT_CONFIG, "gpu": 1}
+    config = str(write_config(tmp_path, data))
+    for args in (("--sweep", "seed=1,2", "--name", "mine"), ("--sweep", "seed=3", "--name", "theirs"), ("--name", "single")):
+        result = run_cw(cw_env, "trl", "sft", config, *args, "-n", namespace)
+        assert result.returncode == 0, result.stderr
+    listed = run_cw(cw_env, "list", "--sweep", "mine", "-n", namespace, "-o", "json")
+    items = json.loads(listed.stdout)["items"]
+    assert sorted(item["name"] for item in items) == ["mine-0", "mine-1"] and {i["sweep"] for i in items} == {"mine"}
+    deleted = run_cw(cw_env, "delete", "--sweep", "mine", "-n", namespace)
+    assert deleted.returncode == 0 and "deleted the 2 run(s) of sweep mine" in deleted.stderr, deleted.stderr
+    wait_for(lambda: _jobs(kube_api, namespace, "mine") == [], 30, what="the sweep's Jobs to go")
+    assert _jobs(kube_api, namespace, "theirs") == ["theirs-0-trainer"]  # another sweep is untouched
+    left = json.loads(run_cw(cw_env, "list", "-n", namespace, "-o", "json").stdout)["items"]
+    assert sorted(item["name"] for item in left) == ["single", "theirs-0"]
+    refused = run_cw(cw_env, "delete", "--sweep", "mine,theirs", "-n", namespace)
+    assert refused.returncode == 2  # a crafted name never widens the selector
+
+
+def test_status_links_the_wandb_run(cw_env, kube_api, namespace, tmp_path):
+    client.CoreV1Api(kube_api).create_namespaced_secret(
+        namespace, client.V1Secret(metadata=client.V1ObjectMeta(name="wandb"), string_data={"WANDB_API_KEY": "x"})
+    )
+    data = {**SFT_CONFIG, "gpu": 1, "report_to": "wandb", "secrets": {"WANDB_API_KEY": "wandb"},
+            "env": {"WANDB_ENTITY": "lab", "WANDB_PROJECT": "sft"}}  # fmt: skip
+    result = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, data)), "--name", "tracked", "-n", namespace)
+    assert result.returncode == 0, result.stderr
+    status = run_cw(cw_env, "status", "tracked", "-n", namespace)
+    assert "W&B: https://wandb.ai/lab/sft/runs/tracked" in status.stdout, status.stdout

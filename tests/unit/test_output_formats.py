@@ -16,7 +16,10 @@ from cw_cli.k8s.inspect import LIST_LOG_LINES, list_runs, run_status
 from unit_helpers import REPO
 
 #: The documented fields (docs/output.md). Changing these breaks users' scripts: add, never rename.
-RUN_FIELDS = ["name", "namespace", "framework", "type", "state", "gpus", "created", "age_seconds", "restarts", "failure", "objects"]
+RUN_FIELDS = [
+    "name", "namespace", "framework", "type", "state", "gpus", "created", "age_seconds", "restarts", "failure", "objects",
+    "sweep", "links",
+]  # fmt: skip
 STATUS_FIELDS = ["pods", "services", "queue", "problems", "explanations"]
 POD_FIELDS = ["name", "role", "rank", "phase", "ready", "node", "reason"]
 EXPLANATION_FIELDS = ["kind", "summary", "message", "fix", "pod", "container", "log"]
