@@ -177,24 +177,23 @@ def deployment_ready(deployment: dict[str, Any]) -> bool:
     return generation_seen and status.get("readyReplicas", 0) >= spec_replicas
 
 
-def wait_for_deployments(
-    kube: Kube, run_name: str, names: list[str], timeout_s: float, progress: Progress, poll_s: float = 2.0
-) -> None:
-    """Block until every named Deployment is Ready.
+#: (ready, why the cluster refuses its pods or None) of each server, by name.
+ServerStates = Callable[[list[str]], dict[str, tuple[bool, str | None]]]
 
-    Raises:
-        Rejected: The cluster refuses to create a server's pods (it would never become Ready).
-        WaitTimeout: Not all Ready within the timeout (the message says which and why).
-    """
-    from cw_cli.k8s.inspect import explain_pods, pods_refused, run_selector
+
+def _wait_for_servers(
+    kube: Kube, run_name: str, names: list[str], read: ServerStates, timeout_s: float, progress: Progress, poll_s: float
+) -> None:
+    """Poll ``read`` until every server is Ready; stop at once if the cluster refuses one's pods."""
+    from cw_cli.k8s.inspect import explain_pods, run_selector
 
     deadline = time.monotonic() + timeout_s
     announced: set[str] = set()
     while True:
-        current = {name: kube.get("Deployment", name) or {"metadata": {}} for name in names}
-        waiting = [name for name in names if not deployment_ready(current[name])]
+        states = read(names)
+        waiting = [name for name in names if not states[name][0]]
         for name in waiting:
-            refused = pods_refused(kube, "Deployment", current[name])
+            refused = states[name][1]
             if refused:
                 raise Rejected(
                     f"the cluster refuses to create the pods of {name}: {refused}",
@@ -216,46 +215,55 @@ def wait_for_deployments(
         time.sleep(poll_s)
 
 
+def wait_for_deployments(
+    kube: Kube, run_name: str, names: list[str], timeout_s: float, progress: Progress, poll_s: float = 2.0
+) -> None:
+    """Block until every named Deployment is Ready.
+
+    Raises:
+        Rejected: The cluster refuses to create a server's pods (it would never become Ready).
+        WaitTimeout: Not all Ready within the timeout (the message says which and why).
+    """
+    from cw_cli.k8s.inspect import pods_refused
+
+    def read(wanted: list[str]) -> dict[str, tuple[bool, str | None]]:
+        states = {}
+        for name in wanted:
+            deployment = kube.get("Deployment", name) or {"metadata": {}}
+            ready = deployment_ready(deployment)
+            states[name] = (ready, None if ready else pods_refused(kube, "Deployment", deployment))
+        return states
+
+    _wait_for_servers(kube, run_name, names, read, timeout_s, progress, poll_s)
+
+
 def wait_for_gang_servers(
     kube: Kube, jobset_name: str, roles: list[str], timeout_s: float, progress: Progress, poll_s: float = 2.0
 ) -> None:
-    """Block until the server Jobs of a JobSet run have their pods Ready.
+    """Block until the server Jobs of a JobSet run (``<run>-<role>``) have their pods Ready.
 
     Raises:
         Rejected: The cluster refuses to create a server's pods.
         WaitTimeout: Not all Ready within the timeout.
     """
-    from cw_cli.k8s.inspect import explain_pods, pods_refused, run_selector
+    from cw_cli.k8s.inspect import pods_refused
     from cw_cli.render.jobset import child_job_name
 
-    deadline = time.monotonic() + timeout_s
-    announced: set[str] = set()
-    while True:
+    def read(wanted: list[str]) -> dict[str, tuple[bool, str | None]]:
         jobset = kube.get("JobSet", jobset_name) or {}
         statuses = {s["name"]: s for s in (jobset.get("status") or {}).get("replicatedJobsStatus") or []}
-        waiting = [role for role in roles if int(statuses.get(role, {}).get("ready", 0)) < 1]
-        for role in waiting:
+        states = {}
+        for name in wanted:
+            role = name.removeprefix(f"{jobset_name}-")
+            if int(statuses.get(role, {}).get("ready", 0)) >= 1:
+                states[name] = (True, None)
+                continue
             job = kube.get("Job", child_job_name(jobset_name, role))
-            refused = pods_refused(kube, "Job", job) if job else None
-            if refused:
-                raise Rejected(
-                    f"the cluster refuses to create the pods of server {role}: {refused}",
-                    hint="the namespace's policy (Pod Security, quota, an admission webhook) rejects them; "
-                    "see `kubectl get events`, or use another --namespace",
-                )
-        for role in roles:
-            if role not in waiting and role not in announced:
-                progress(f"server {role} is Ready")
-                announced.add(role)
-        if not waiting:
-            return
-        if time.monotonic() > deadline:
-            reasons = explain_pods(kube, run_selector(jobset_name))
-            raise WaitTimeout(
-                f"servers not Ready after {int(timeout_s)} s: {', '.join(waiting)}",
-                hint="; ".join(reasons) or "see `cw status` and `cw logs --role server`",
-            )
-        time.sleep(poll_s)
+            states[name] = (False, pods_refused(kube, "Job", job) if job else None)
+        return states
+
+    names = [f"{jobset_name}-{role}" for role in roles]
+    _wait_for_servers(kube, jobset_name, names, read, timeout_s, progress, poll_s)
 
 
 def launch(

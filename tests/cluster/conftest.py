@@ -175,3 +175,25 @@ def namespace(kube_api) -> str:
     except ApiException as e:
         if e.status != 404:
             raise
+
+
+@pytest.fixture
+def queued_namespace(kueue_cluster, wait_for):
+    """(api client, env for cw, a fresh namespace with the LocalQueue `cw`) on the `kueue_cluster`."""
+    from kubernetes import client, config as kconfig
+
+    from cw_cli.localcluster.kueue import local_queue
+
+    api = kconfig.new_client_from_config(config_file=str(kueue_cluster), context="cw-local")
+    core = client.CoreV1Api(api)
+    namespace = f"cw-queued-{secrets.token_hex(3)}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    wait_for(lambda: core.read_namespaced_service_account("default", namespace), 30, what="default ServiceAccount")
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", namespace, "localqueues", local_queue(namespace)
+    )
+    env = {**os.environ, "KUBECONFIG": str(kueue_cluster)}
+    env.pop("CW_TEST_KUBECONFIG", None)
+    yield api, env, namespace
+    core.delete_namespace(namespace, propagation_policy="Background")
+    api.close()

@@ -7,10 +7,9 @@ completes the pods of the Jobs JobSet creates (they are owned by a Job).
 
 from __future__ import annotations
 
-import secrets
 
 import pytest
-from kubernetes import client, config as kconfig
+from kubernetes import client
 
 GROUP, VERSION = "jobset.x-k8s.io", "v1alpha2"
 #: KWOK's pod-complete stage ends a Job's pod this long after it became Ready (default ~3 s).
@@ -18,21 +17,10 @@ QUICK = {"pod-complete.stage.kwok.x-k8s.io/delay": "1s"}
 
 
 @pytest.fixture
-def jobsets(kueue_cluster, wait_for):
+def jobsets(queued_namespace):
     """(api client, a fresh namespace with the LocalQueue `cw`)."""
-    from cw_cli.localcluster.kueue import local_queue
-
-    api = kconfig.new_client_from_config(config_file=str(kueue_cluster), context="cw-local")
-    core = client.CoreV1Api(api)
-    namespace = f"cw-jobset-{secrets.token_hex(3)}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    wait_for(lambda: core.read_namespaced_service_account("default", namespace), 30, what="default ServiceAccount")
-    client.CustomObjectsApi(api).create_namespaced_custom_object(
-        "kueue.x-k8s.io", "v1beta2", namespace, "localqueues", local_queue(namespace)
-    )
-    yield api, namespace
-    core.delete_namespace(namespace, propagation_policy="Background")
-    api.close()
+    api, _, namespace = queued_namespace
+    return api, namespace
 
 
 def _jobset(name: str, replicas: int, labels: dict[str, str] | None = None) -> dict:

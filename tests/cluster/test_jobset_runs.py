@@ -9,13 +9,11 @@ counts it, and a disruption restarts it without using up `max_restarts`.
 
 from __future__ import annotations
 
-import os
-import secrets
 import time
 from datetime import datetime, timezone
 
 import pytest
-from kubernetes import client, config as kconfig
+from kubernetes import client
 
 from test_cw_end_to_end import GRPO_CONFIG, SFT_CONFIG, run_cw, write_config
 
@@ -30,19 +28,9 @@ def _delay(seconds: int) -> dict:
 
 
 @pytest.fixture
-def gang_namespace(kueue_cluster, wait_for):
+def gang_namespace(queued_namespace):
     """(api client, env for cw, a fresh namespace with the LocalQueue `cw`)."""
-    from cw_cli.localcluster.kueue import local_queue
-
-    api = kconfig.new_client_from_config(config_file=str(kueue_cluster), context="cw-local")
-    core = client.CoreV1Api(api)
-    namespace = f"cw-gang-{secrets.token_hex(3)}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    wait_for(lambda: core.read_namespaced_service_account("default", namespace), 30, what="default ServiceAccount")
-    client.CustomObjectsApi(api).create_namespaced_custom_object(*KUEUE, namespace, "localqueues", local_queue(namespace))
-    env = {**os.environ, "KUBECONFIG": str(kueue_cluster)}
-    yield api, env, namespace
-    core.delete_namespace(namespace)
+    return queued_namespace
 
 
 def _cw(env, namespace, *args, timeout: float = 120):
@@ -191,3 +179,14 @@ def test_failures_beyond_max_restarts_fail_the_run_and_cw_wait_says_so(gang_name
     jobset = _jobset(api, namespace, "doomed")
     assert _condition(jobset, "Failed") and jobset["status"]["restarts"] == 1
     print(f"\n2-node gang failed twice (1 restart) in {time.monotonic() - started:.0f} s")
+
+
+def test_without_a_queue_cw_releases_the_jobset_and_waits_for_its_servers(gang_namespace, tmp_path):
+    api, env, namespace = gang_namespace
+    data = {**GRPO_CONFIG, "jobset": True, **_delay(5)}
+    result = _cw(env, namespace, "trl", "grpo", str(write_config(tmp_path, data)), "--name", "released", "--wait",
+                 "--timeout", "120", timeout=180)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "started JobSet released" in result.stderr
+    assert "service released-server is Ready" in result.stderr and "service released-reward is Ready" in result.stderr
+    assert _condition(_jobset(api, namespace, "released"), "Completed")

@@ -7,13 +7,11 @@ the real API server calls on 127.0.0.1. The ClusterQueue `cw-gpus` holds the two
 
 from __future__ import annotations
 
-import os
-import secrets
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from kubernetes import client, config as kconfig
+from kubernetes import client
 
 from test_cw_end_to_end import SFT_CONFIG, run_cw, write_config
 
@@ -22,21 +20,9 @@ RUNNING = {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "20s"}}
 
 
 @pytest.fixture
-def queued(kueue_cluster, tmp_path, wait_for):
+def queued(queued_namespace):
     """(api client, env for cw, a fresh namespace with its LocalQueue `cw`)."""
-    from cw_cli.localcluster.kueue import local_queue
-
-    api = kconfig.new_client_from_config(config_file=str(kueue_cluster), context="cw-local")
-    core = client.CoreV1Api(api)
-    namespace = f"cw-kueue-{secrets.token_hex(3)}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    wait_for(lambda: core.read_namespaced_service_account("default", namespace), 30, what="default ServiceAccount")
-    client.CustomObjectsApi(api).create_namespaced_custom_object(
-        "kueue.x-k8s.io", "v1beta2", namespace, "localqueues", local_queue(namespace)
-    )
-    env = {**os.environ, "KUBECONFIG": str(kueue_cluster)}
-    yield api, env, namespace
-    core.delete_namespace(namespace)
+    return queued_namespace
 
 
 def _launch(env, tmp_path: Path, namespace: str, name: str, extra: dict | None = None):
