@@ -89,6 +89,9 @@ def set_assignments(values: Mapping[str, Any] | list[str] | None) -> list[str]:
     if values is None:
         return []
     if isinstance(values, Mapping):
+        bad = [str(key) for key in values if not isinstance(key, str) or "=" in key or not key.strip()]
+        if bad:
+            raise ConfigError([f"override key {key!r}: expected a config key such as learning_rate or a.b" for key in bad])
         # JSON is YAML: the loader parses each value back to the same type.
         return [f"{key}={json.dumps(value)}" for key, value in values.items()]
     return list(values)

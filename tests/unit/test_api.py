@@ -68,3 +68,9 @@ def test_the_api_module_loads_no_cluster_client():
     code = "import sys, cw_cli.api; print('kubernetes' in sys.modules, 'pydantic' in sys.modules)"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert loaded == ["False", "False"]
+
+
+@pytest.mark.parametrize("key", ["a=b", "", 3])
+def test_override_keys_that_are_no_config_key_are_refused(tmp_path, key):
+    with pytest.raises(ConfigError):
+        api.plan(SFT, "trl", "sft", base_dir=tmp_path, set={key: 1})
