@@ -178,6 +178,8 @@ def test_failures_beyond_max_restarts_fail_the_run_and_cw_wait_says_so(gang_name
     assert result.returncode != 0 and "run failed" in result.stderr, result.stderr
     jobset = _jobset(api, namespace, "doomed")
     assert _condition(jobset, "Failed") and jobset["status"]["restarts"] == 1
+    status = _cw(env, namespace, "status", "doomed")
+    assert "state: Failed" in status.stdout and "failed after 1 gang restart(s)" in status.stdout, status.stdout
     print(f"\n2-node gang failed twice (1 restart) in {time.monotonic() - started:.0f} s")
 
 
