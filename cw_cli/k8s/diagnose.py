@@ -293,8 +293,7 @@ def explain_pod(
             found.append(Explanation(
                 "preempted", "preempted",
                 f"the {role} pod was preempted to make room for a higher-priority pod ({detail})",
-                "relaunch when the GPUs are free (a run resumes from its last checkpoint), or run it with a "
-                "higher priority or through a Kueue queue (`queue:`) so it waits instead of being pushed out",
+                PREEMPTED_FIX,
                 name,
             ))
         else:
@@ -522,3 +521,32 @@ def diagnose(
 def summary(explanations: list[Explanation]) -> str | None:
     """The few words of the most telling explanation, for `cw list` (None when there is none)."""
     return explanations[0].summary if explanations else None
+
+
+#: The fix for a pod the scheduler pushed out (the same whether read from the pod or its event).
+PREEMPTED_FIX = (
+    "relaunch when the GPUs are free (a run resumes from its last checkpoint), or run it with a "
+    "higher priority or through a Kueue queue (`queue:`) so it waits instead of being pushed out"
+)
+
+
+def preemption_events(events: list[dict[str, Any]], run_name: str, known_pods: set[str]) -> list[Explanation]:
+    """Explanations of the run's pods the scheduler preempted, from its ``Preempted`` events.
+
+    A preempted pod is deleted: once its Job has counted it, only the scheduler's event (kept an
+    hour by default) still says what happened. Pods already explained (``known_pods``) are skipped.
+    """
+    found: list[Explanation] = []
+    for event in events:
+        involved = event.get("involvedObject") or event.get("regarding") or {}
+        pod = involved.get("name") or ""
+        if event.get("reason") != "Preempted" or involved.get("kind") != "Pod" or not pod.startswith(f"{run_name}-"):
+            continue
+        if pod in known_pods or any(e.pod == pod for e in found):
+            continue
+        message = event.get("message") or event.get("note") or "preempted by the scheduler"
+        found.append(Explanation(
+            "preempted", "preempted",
+            f"the pod was preempted to make room for a higher-priority pod ({message})", PREEMPTED_FIX, pod,
+        ))
+    return found

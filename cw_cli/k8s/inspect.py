@@ -412,6 +412,17 @@ def _pod_ready(pod: dict[str, Any]) -> bool:
     )
 
 
+def _preempted(kube: Kube, run_name: str, known: set[str]) -> list[Explanation]:
+    """The run's pods the scheduler preempted (gone by now: their events say so)."""
+    from cw_cli.k8s.diagnose import preemption_events
+
+    try:
+        events = kube.list("Event", field_selector="reason=Preempted")
+    except (Forbidden, NotFound):
+        return []
+    return preemption_events(events, run_name, known)
+
+
 def run_status(kube: Kube, run_name: str) -> RunView:
     """The run's Job, pods and services, with a reason for each pod that is stuck.
 
@@ -426,6 +437,7 @@ def run_status(kube: Kube, run_name: str) -> RunView:
         )
     pods = kube.list("Pod", run_selector(run_name))
     _explain_run(kube, view, owners.get((kube.namespace, run_name), []), pods, STATUS_LOG_LINES, read_logs=True)
+    view.explanations += _preempted(kube, run_name, {e.pod for e in view.explanations if e.pod})
     explained = {e.pod for e in view.explanations}
     capacity = _node_capacity(kube) if pods else {}
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):

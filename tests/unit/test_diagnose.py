@@ -283,3 +283,18 @@ def test_inputs_are_not_modified():
     before = copy.deepcopy(pod)
     diagnose([], [pod], {}, NOW)
     assert pod == before
+
+
+def test_preemption_events_explain_pods_that_are_gone():
+    from cw_cli.k8s.diagnose import preemption_events
+
+    def event(pod: str, reason: str = "Preempted") -> dict:
+        # The scheduler's text (pkg/scheduler/framework/preemption/executor.go, k8s v1.36.3).
+        return {"reason": reason, "involvedObject": {"kind": "Pod", "name": pod},
+                "message": "Preempted by pod 5c1f3a2e-0000-4000-8000-000000000000 on node cw-gpu-0"}  # fmt: skip
+
+    events = [event("r1-trainer-0-abcde"), event("r10-trainer-0-xyz12"), event("r1-trainer-0-fghij"),
+              event("r1-trainer-0-klmno", reason="Scheduled")]  # fmt: skip
+    found = preemption_events(events, "r1", known_pods={"r1-trainer-0-fghij"})
+    assert [(e.kind, e.pod) for e in found] == [("preempted", "r1-trainer-0-abcde")]
+    assert "on node cw-gpu-0" in found[0].message and "queue" in found[0].fix
