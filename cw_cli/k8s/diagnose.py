@@ -536,11 +536,13 @@ def preemption_events(events: list[dict[str, Any]], run_name: str, known_pods: s
     A preempted pod is deleted: once its Job has counted it, only the scheduler's event (kept an
     hour by default) still says what happened. Pods already explained (``known_pods``) are skipped.
     """
+    # Pod names are <run>-<role>-...: a bare prefix would also match run "<run>-0" of a sweep.
+    owned = re.compile(rf"^{re.escape(run_name)}-(trainer|server|reward)-")
     found: list[Explanation] = []
     for event in events:
         involved = event.get("involvedObject") or event.get("regarding") or {}
         pod = involved.get("name") or ""
-        if event.get("reason") != "Preempted" or involved.get("kind") != "Pod" or not pod.startswith(f"{run_name}-"):
+        if event.get("reason") != "Preempted" or involved.get("kind") != "Pod" or not owned.match(pod):
             continue
         if pod in known_pods or any(e.pod == pod for e in found):
             continue

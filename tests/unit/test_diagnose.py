@@ -294,7 +294,7 @@ def test_preemption_events_explain_pods_that_are_gone():
                 "message": "Preempted by pod 5c1f3a2e-0000-4000-8000-000000000000 on node cw-gpu-0"}  # fmt: skip
 
     events = [event("r1-trainer-0-abcde"), event("r10-trainer-0-xyz12"), event("r1-trainer-0-fghij"),
-              event("r1-trainer-0-klmno", reason="Scheduled")]  # fmt: skip
+              event("r1-trainer-0-klmno", reason="Scheduled"), event("r1-0-trainer-0-pqrst")]  # fmt: skip
     found = preemption_events(events, "r1", known_pods={"r1-trainer-0-fghij"})
     assert [(e.kind, e.pod) for e in found] == [("preempted", "r1-trainer-0-abcde")]
     assert "on node cw-gpu-0" in found[0].message and "queue" in found[0].fix
