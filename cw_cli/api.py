@@ -364,6 +364,9 @@ class Run:
         from cw_cli.errors import RunFailed
         from cw_cli.k8s.operations import wait_for_run
 
+        if self.owner_kind == "ConfigMap":
+            raise ConfigError([f"run {self.name!r} has only servers (--services): no trainer to wait for"],
+                              hint="wait_for_servers() waits until they are Ready")  # fmt: skip
         owner = self.name if self.owner_kind == "JobSet" else f"{self.name}-trainer"
         try:
             state = wait_for_run(self.session.kube, owner, timeout, progress, kind=self.owner_kind)
