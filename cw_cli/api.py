@@ -563,8 +563,9 @@ class Session:
 
     def run(self, name: str) -> Run:
         """The handle of an existing run (its kind is read from the cluster)."""
-        kind = "JobSet" if self.kube.get("JobSet", name) is not None else "Job"
-        return Run(name, self, kind)
+        if self.kube.get("JobSet", name) is not None:
+            return Run(name, self, "JobSet")
+        return Run(name, self, "Job" if self.kube.get("Job", f"{name}-trainer") is not None else "ConfigMap")
 
     def runs(self) -> list["RunView"]:
         """Every cw run in the namespace, newest first."""
