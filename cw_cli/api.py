@@ -516,7 +516,7 @@ class Session:
         from cw_cli.errors import Conflict, CwError, Interrupted
 
         total = len(planned.runs)
-        kube = self.kube  # connect once, before the threads share the connection pool
+        self.kube  # noqa: B018 - connect once, before the threads share the connection pool
 
         def create(index: int, run: PlannedRun) -> tuple[Run, bool]:
             try:
@@ -525,7 +525,7 @@ class Session:
                 if not resume:
                     raise
                 progress(f"[{index}/{total}] {run.name} exists: kept")
-                return Run(run.name, self, "JobSet" if kube.get("JobSet", run.name) else "Job"), False
+                return self.run(run.name), False
             progress(f"[{index}/{total}] created {run.name}")
             return made, True
 
