@@ -251,8 +251,9 @@ def test_json_of_a_live_run_all_namespaces_filters_and_run_name_completion(kube_
 
 
 def test_a_trainer_preempted_by_the_scheduler_is_explained(kube_api, namespace, cw_env, tmp_path, wait_for):
-    """Two low-priority runs fill both GPU nodes; a high-priority one makes the real scheduler
-    preempt one of them (condition DisruptionTarget, reason PreemptionByScheduler)."""
+    """A low-priority 8-GPU run fills a node; a high-priority 8-GPU run pinned to that node makes
+    the real scheduler preempt it (condition DisruptionTarget, reason PreemptionByScheduler).
+    Pinning keeps the test independent of what other tests' pods hold on the other node."""
     scheduling = client.SchedulingV1Api(kube_api)
     low, high = f"{namespace}-low", f"{namespace}-high"
     for name, value in ((low, 100), (high, 1000)):
@@ -261,29 +262,25 @@ def test_a_trainer_preempted_by_the_scheduler_is_explained(kube_api, namespace, 
         waiting = {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "300s"}}
         core = client.CoreV1Api(kube_api)
 
-        def running(run: str):
+        def running_node(run: str) -> str | None:
             pods = core.list_namespaced_pod(namespace, label_selector=f"cw-cli.dev/run={run}").items
-            return any(p.status.phase == "Running" for p in pods)
+            return next((p.spec.node_name for p in pods if p.status.phase == "Running"), None)
 
-        for run in ("low-a", "low-b"):
-            data = {**SFT_CONFIG, **waiting, "priority_class": low}
-            result = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, data, f"{run}.yaml")), "--gpu", "8",
-                            "--name", run, "-n", namespace)  # fmt: skip
-            assert result.returncode == 0, result.stderr
-            wait_for(lambda run=run: running(run), 60, what=f"{run} to run")
-        data = {**SFT_CONFIG, **waiting, "priority_class": high}
+        data = {**SFT_CONFIG, **waiting, "priority_class": low}
+        result = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, data, "low.yaml")), "--gpu", "8",
+                        "--name", "low-a", "-n", namespace)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        node = wait_for(lambda: running_node("low-a"), 180, what="low-a to run")
+        data = {**SFT_CONFIG, **waiting, "priority_class": high, "node_selector": {"kubernetes.io/hostname": node}}
         result = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, data, "high.yaml")), "--gpu", "8",
                         "--name", "high", "-n", namespace)  # fmt: skip
         assert result.returncode == 0, result.stderr
 
-        def preempted_run():
-            for run in ("low-a", "low-b"):
-                status = run_cw(cw_env, "status", run, "-n", namespace)
-                if "preempted" in status.stdout:
-                    return status
-            return None
+        def preempted():
+            status = run_cw(cw_env, "status", "low-a", "-n", namespace)
+            return status if "preempted" in status.stdout else None
 
-        status = wait_for(preempted_run, 90, interval=2, what="a low-priority run to be preempted and explained")
+        status = wait_for(preempted, 90, interval=2, what="low-a to be preempted and explained")
         assert "higher-priority pod" in status.stdout and "fix:" in status.stdout, status.stdout
     finally:
         for name in (low, high):
