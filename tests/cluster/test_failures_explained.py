@@ -251,9 +251,10 @@ def test_json_of_a_live_run_all_namespaces_filters_and_run_name_completion(kube_
 
 
 def test_a_trainer_preempted_by_the_scheduler_is_explained(kube_api, namespace, cw_env, tmp_path, wait_for):
-    """A low-priority 8-GPU run fills a node; a high-priority 8-GPU run pinned to that node makes
-    the real scheduler preempt it (condition DisruptionTarget, reason PreemptionByScheduler).
-    Pinning keeps the test independent of what other tests' pods hold on the other node."""
+    """A low-priority 1-GPU run; a high-priority run pinned to its node asks for all 8 GPUs there,
+    so the real scheduler must preempt every lower-priority pod on that node, the low run's
+    included (condition DisruptionTarget, reason PreemptionByScheduler). One GPU and the pinning
+    keep the test independent of what other tests' pods still hold on the shared cluster."""
     scheduling = client.SchedulingV1Api(kube_api)
     low, high = f"{namespace}-low", f"{namespace}-high"
     for name, value in ((low, 100), (high, 1000)):
@@ -267,7 +268,7 @@ def test_a_trainer_preempted_by_the_scheduler_is_explained(kube_api, namespace, 
             return next((p.spec.node_name for p in pods if p.status.phase == "Running"), None)
 
         data = {**SFT_CONFIG, **waiting, "priority_class": low}
-        result = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, data, "low.yaml")), "--gpu", "8",
+        result = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, data, "low.yaml")), "--gpu", "1",
                         "--name", "low-a", "-n", namespace)  # fmt: skip
         assert result.returncode == 0, result.stderr
         node = wait_for(lambda: running_node("low-a"), 180, what="low-a to run")
