@@ -31,7 +31,7 @@ from .kubeconfig import (
 )
 from .paths import cluster_resources_dir, default_cluster_dir
 from .pki import Pki, generate_pki, load_pki
-from . import jobset, kueue
+from . import controllers, jobset, kueue
 from .volumes import DEFAULT_CLAIM, DEFAULT_NAMESPACE, volume_manifests
 
 MARKER = ".cw-local-cluster"
@@ -541,13 +541,11 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
     if with_kueue:
         # KWOK's serving certificate is valid for 127.0.0.1, where JobSet and Kueue serve their
         # webhooks too. JobSet first: Kueue sets up its JobSet integration only if the CRD is served.
-        serving = (pki.kwok_serving.cert, pki.kwok_serving.key)
-        jobset.start(api, state, kc["admin"], serving, pki.ca.cert, tuple(_free_ports(3)), spawn, wait, say)
+        host = controllers.Host(api, state, kc["admin"], (pki.kwok_serving.cert, pki.kwok_serving.key),
+                                pki.ca.cert, spawn, wait, say)  # fmt: skip
+        jobset.start(host, tuple(_free_ports(3)))
         nodes = (api.get_json("/api/v1/nodes") or {}).get("items", [])
-        kueue.start(
-            api, state, kc["admin"], serving, pki.ca.cert,
-            tuple(_free_ports(3)), kueue.capacity_of(nodes), spawn, wait, say,
-        )
+        kueue.start(host, tuple(_free_ports(3)), kueue.capacity_of(nodes))
 
     merge_user_kubeconfig(user_kc, server, pki.ca.cert, pki.admin.cert, pki.admin.key,
                           set_current=set_current)

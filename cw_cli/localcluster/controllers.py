@@ -14,6 +14,7 @@ import copy
 import ssl
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -203,3 +204,52 @@ def webhooks_served(configurations: list[dict[str, Any]], ca_cert: Path) -> bool
         except OSError:
             return False
     return True
+
+
+@dataclass(frozen=True)
+class Host:
+    """The local cluster, as a controller process started beside it needs it.
+
+    Attributes:
+        api: The cluster's admin client (``request``, ``get_json``).
+        state: The cluster's state folder (each controller gets ``state/<name>``).
+        admin_kubeconfig: Kubeconfig the controllers run with.
+        serving_cert: (certificate, key) valid for 127.0.0.1, where they serve their webhooks.
+        ca_cert: The cluster CA (what the API server checks the webhooks against).
+        spawn: Starts a recorded process ``(name, argv, env)``; ``cw cluster down`` stops it.
+        wait: Polls a probe until true or the start deadline.
+        say: Progress.
+    """
+
+    api: Any
+    state: Path
+    admin_kubeconfig: Path
+    serving_cert: tuple[Path, Path]
+    ca_cert: Path
+    spawn: Callable[[str, list[str], dict], None]
+    wait: Callable[[str, Callable[[], bool]], None]
+    say: Callable[[str], None]
+
+
+def controller_folder(host: Host, name: str, configuration: Callable[[Path], dict[str, Any]]) -> tuple[Path, Path]:
+    """``state/<name>`` with its serving certificate and ``config.yaml`` (made from the certs folder).
+
+    Returns:
+        (the folder, its certs folder).
+    """
+    folder = host.state / name
+    certs = serving_cert_dir(folder, host.serving_cert)
+    (folder / "config.yaml").write_text(yaml.safe_dump(configuration(certs)), encoding="utf-8")
+    return folder, certs
+
+
+def run_controller(
+    host: Host, label: str, name: str, argv: list[str], env: dict[str, str], webhooks: list[dict[str, Any]], health_port: int
+) -> None:
+    """Install a controller's webhooks, start it, and wait until /readyz and every webhook path answer."""
+    install_webhooks(host.api, webhooks)
+    host.say(f"starting {label}")
+    host.spawn(name, argv, {**env, "KUBECONFIG": str(host.admin_kubeconfig)})
+    host.wait(f"{label} to be ready", lambda: http_ok(f"http://127.0.0.1:{health_port}/readyz"))
+    # /readyz is true once the webhook server listens; its handlers may come a moment later.
+    host.wait(f"{label} to serve its webhooks", lambda: webhooks_served(webhooks, host.ca_cert))

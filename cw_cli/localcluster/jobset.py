@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -62,29 +62,12 @@ def configuration(webhook_port: int, health_port: int, metrics_port: int, cert_d
     }
 
 
-def start(
-    api: Any,
-    state: Path,
-    admin_kubeconfig: Path,
-    serving_cert: tuple[Path, Path],
-    ca_cert: Path,
-    ports: tuple[int, int, int],
-    spawn: Callable[[str, list[str], dict], None],
-    wait: Callable[[str, Callable[[], bool]], None],
-    say: Callable[[str], None],
-) -> None:
+def start(host: controllers.Host, ports: tuple[int, int, int]) -> None:
     """Install JobSet's CRD and webhooks, start the controller and wait until it serves them.
 
     Args:
-        api: The local cluster's admin client (``request``, ``get_json``).
-        state: The cluster's state folder.
-        admin_kubeconfig: Kubeconfig JobSet runs with.
-        serving_cert: (certificate, key) valid for 127.0.0.1.
-        ca_cert: The cluster CA (what the API server checks the webhooks against).
+        host: The local cluster (see :class:`.controllers.Host`).
         ports: (webhook, health, metrics) on 127.0.0.1.
-        spawn: Starts a recorded process ``(name, argv, env)``; ``cw cluster down`` stops it.
-        wait: Polls a probe until true or the start deadline.
-        say: Progress.
 
     Raises:
         StartError: JobSet is not built, or an object is refused.
@@ -93,22 +76,14 @@ def start(
     if not os.access(home / "jobset", os.X_OK):
         raise StartError(f"JobSet is not built ({home}); run `bash tools/build.sh jobset` (a few minutes)")
 
-    say("installing JobSet's CRD")
-    controllers.install_crds(api, home / "crds", wait)
-    folder = state / "jobset"
-    certs = controllers.serving_cert_dir(folder, serving_cert)
+    host.say("installing JobSet's CRD")
+    controllers.install_crds(host.api, home / "crds", host.wait)
     webhook_port, health_port, metrics_port = ports
-    (folder / "config.yaml").write_text(
-        yaml.safe_dump(configuration(webhook_port, health_port, metrics_port, certs)), encoding="utf-8"
+    folder, _ = controllers.controller_folder(
+        host, "jobset", lambda certs: configuration(webhook_port, health_port, metrics_port, certs)
     )
-    webhooks = webhook_configurations(home, webhook_port, ca_cert.read_bytes())
-    controllers.install_webhooks(api, webhooks)
-
-    say("starting JobSet")
+    webhooks = webhook_configurations(home, webhook_port, host.ca_cert.read_bytes())
     # Info level: JobSet's default (development logging) writes debug lines for every reconcile.
-    spawn("jobset", [str(home / "jobset"), f"--config={folder / 'config.yaml'}", "--zap-log-level=info"],
-          {**os.environ, "KUBECONFIG": str(admin_kubeconfig)})  # fmt: skip
-    # /readyz is true once the webhook server listens; its handlers may come a moment later.
-    wait("JobSet to be ready", lambda: controllers.http_ok(f"http://127.0.0.1:{health_port}/readyz"))
-    wait("JobSet to serve its webhooks", lambda: controllers.webhooks_served(webhooks, ca_cert))
-    say(f"JobSet: controller and webhooks on 127.0.0.1:{webhook_port}")
+    argv = [str(home / "jobset"), f"--config={folder / 'config.yaml'}", "--zap-log-level=info"]
+    controllers.run_controller(host, "JobSet", "jobset", argv, dict(os.environ), webhooks, health_port)
+    host.say(f"JobSet: controller and webhooks on 127.0.0.1:{webhook_port}")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -104,31 +104,13 @@ def _plural(kind: str) -> str:
     return {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}[kind]
 
 
-def start(
-    api: Any,
-    state: Path,
-    admin_kubeconfig: Path,
-    serving_cert: tuple[Path, Path],
-    ca_cert: Path,
-    ports: tuple[int, int, int],
-    capacity: tuple[str, str, int],
-    spawn: Callable[[str, list[str], dict], None],
-    wait: Callable[[str, Callable[[], bool]], None],
-    say: Callable[[str], None],
-) -> None:
+def start(host: controllers.Host, ports: tuple[int, int, int], capacity: tuple[str, str, int]) -> None:
     """Install Kueue's CRDs and webhooks, start the controller, create the queues.
 
     Args:
-        api: The local cluster's admin client (``request``, ``get_json``).
-        state: The cluster's state folder.
-        admin_kubeconfig: Kubeconfig Kueue runs with.
-        serving_cert: (certificate, key) valid for 127.0.0.1.
-        ca_cert: The cluster CA (what the API server checks the webhooks against).
+        host: The local cluster (see :class:`.controllers.Host`).
         ports: (webhook, health, metrics) on 127.0.0.1.
         capacity: (cpu, memory, gpus) the ClusterQueue may hand out.
-        spawn: Starts a recorded process ``(name, argv, env)``; ``cw cluster down`` stops it.
-        wait: Polls a probe until true or the start deadline.
-        say: Progress.
 
     Raises:
         StartError: Kueue is not built, or an object is refused.
@@ -137,27 +119,21 @@ def start(
     if not os.access(home / "kueue", os.X_OK):
         raise StartError(f"Kueue is not built ({home}); run `bash tools/build.sh kueue` (a few minutes)")
 
-    say("installing Kueue's CRDs")
-    controllers.install_crds(api, home / "crds", wait)
+    api = host.api
+    host.say("installing Kueue's CRDs")
+    controllers.install_crds(api, home / "crds", host.wait)
     controllers.create(api, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
 
-    folder = state / "kueue"
-    certs = controllers.serving_cert_dir(folder, serving_cert)
     webhook_port, health_port, metrics_port = ports
-    (folder / "config.yaml").write_text(
-        yaml.safe_dump(configuration(webhook_port, health_port, metrics_port, certs)), encoding="utf-8"
+    folder, certs = controllers.controller_folder(
+        host, "kueue", lambda certs: configuration(webhook_port, health_port, metrics_port, certs)
     )
     manifests = (home / "webhooks.yaml").read_text(encoding="utf-8")
-    webhooks = webhook_configurations(manifests, webhook_port, ca_cert.read_bytes())
-    controllers.install_webhooks(api, webhooks)
+    webhooks = webhook_configurations(manifests, webhook_port, host.ca_cert.read_bytes())
+    argv = [str(home / "kueue"), f"--config={folder / 'config.yaml'}", "--feature-gates=VisibilityOnDemand=false"]
+    env = {**os.environ, "CW_KUEUE_METRICS_CERTS": str(certs)}
+    controllers.run_controller(host, "Kueue", "kueue", argv, env, webhooks, health_port)
 
-    say("starting Kueue")
-    env = {**os.environ, "KUBECONFIG": str(admin_kubeconfig), "CW_KUEUE_METRICS_CERTS": str(certs)}
-    spawn("kueue", [str(home / "kueue"), f"--config={folder / 'config.yaml'}",
-                    "--feature-gates=VisibilityOnDemand=false"], env)  # fmt: skip
-
-    wait("Kueue to be ready", lambda: controllers.http_ok(f"http://127.0.0.1:{health_port}/readyz"))
-    wait("Kueue to serve its webhooks", lambda: controllers.webhooks_served(webhooks, ca_cert))
     cpu, memory, gpus = capacity
     for body in queue_manifests(cpu, memory, gpus):
         namespace = body["metadata"].get("namespace")
@@ -171,7 +147,7 @@ def start(
             time.sleep(1)
         else:
             raise StartError(f"creating {body['kind']} {body['metadata']['name']} failed ({code}): {raw[:300]!r}")
-    say(f"Kueue: ClusterQueue {CLUSTER_QUEUE} ({gpus} GPUs), LocalQueue {LOCAL_QUEUE} in namespace default")
+    host.say(f"Kueue: ClusterQueue {CLUSTER_QUEUE} ({gpus} GPUs), LocalQueue {LOCAL_QUEUE} in namespace default")
 
 
 def capacity_of(nodes: list[dict[str, Any]]) -> tuple[str, str, int]:
