@@ -6,35 +6,37 @@ Cheap to import: cw_cli.localcluster is imported inside the commands.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
-
-import typer
+import click
 
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.output import err
 from cw_cli.cli.output import out as _out
 
-cluster_app = typer.Typer(
-    help="Local Kubernetes test cluster: real control plane on 127.0.0.1 with fake GPU nodes (KWOK).",
-    no_args_is_help=True,
-)
+
+@click.group("cluster", no_args_is_help=True)
+def cluster_group() -> None:
+    """Local Kubernetes test cluster: real control plane on 127.0.0.1 with fake GPU nodes (KWOK)."""
+
 
 _STATE_HELP = "State folder (default: $CW_CLUSTER_DIR or ~/.cache/cw/cluster)."
 
 
-@cluster_app.command("up")
+_PATH = click.Path(path_type=Path)
+
+
+@cluster_group.command("up")
+@click.option("--kubeconfig", type=_PATH,
+              help="Kubeconfig to merge context cw-local into (default: first $KUBECONFIG path or ~/.kube/config).")
+@click.option("--nodes", type=click.IntRange(0, 50), default=2, show_default=True, help="Number of fake 8-GPU nodes.")
+@click.option("--cpu-nodes", type=click.IntRange(0, 50), default=1, show_default=True, help="Number of fake CPU-only nodes.")
+@click.option("--state-dir", type=_PATH, help=_STATE_HELP)
+@click.option("--build/--no-build", default=True, show_default=True, help="Build missing binaries with Go.")
+@click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds to wait for the cluster.")
+@click.option("--kueue", is_flag=True,
+              help="Also run Kueue and JobSet (Kueue's JobSet integration on), with ClusterQueue cw-gpus and LocalQueue cw.")
 @handle_errors
 def up_cmd(
-    kubeconfig: Optional[Path] = typer.Option(
-        None, "--kubeconfig", help="Kubeconfig to merge context cw-local into "
-        "(default: first $KUBECONFIG path or ~/.kube/config)."),
-    nodes: int = typer.Option(2, "--nodes", min=0, max=50, help="Number of fake 8-GPU nodes."),
-    cpu_nodes: int = typer.Option(1, "--cpu-nodes", min=0, max=50, help="Number of fake CPU-only nodes."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=_STATE_HELP),
-    build: bool = typer.Option(True, "--build/--no-build", help="Build missing binaries with Go."),
-    timeout: float = typer.Option(180.0, "--timeout", help="Seconds to wait for the cluster."),
-    kueue: bool = typer.Option(False, "--kueue", help="Also run Kueue and JobSet (Kueue's JobSet integration on), "
-                               "with ClusterQueue cw-gpus and LocalQueue cw."),
+    kubeconfig: Path | None, nodes: int, cpu_nodes: int, state_dir: Path | None, build: bool, timeout: float, kueue: bool
 ) -> None:
     """Build (if needed) and start the local cluster; set kubectl context cw-local."""
     from cw_cli import localcluster as lc
@@ -57,11 +59,10 @@ def up_cmd(
     out.print(f"state: {info.state_dir}   stop with: cw cluster down")
 
 
-@cluster_app.command("build")
+@cluster_group.command("build")
+@click.option("--force", is_flag=True, help="Rebuild even if cached.")
 @handle_errors
-def build_cmd(
-    force: bool = typer.Option(False, "--force", help="Rebuild even if cached."),
-) -> None:
+def build_cmd(force: bool) -> None:
     """Build the missing cluster binaries into the cache (needs Go; cold: tens of minutes)."""
     from cw_cli import localcluster as lc
 
@@ -77,13 +78,12 @@ def build_cmd(
     out.print(f"kubernetes {v.kubernetes}, etcd {v.etcd}, kwok {v.kwok} in {bins.etcd.parent.parent}")
 
 
-@cluster_app.command("down")
+@cluster_group.command("down")
+@click.option("--state-dir", type=_PATH, help=_STATE_HELP)
+@click.option("--timeout", type=float, default=10.0, show_default=True, help="Seconds before SIGKILL.")
+@click.option("--keep-state", is_flag=True, help="Keep logs and data.")
 @handle_errors
-def down_cmd(
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=_STATE_HELP),
-    timeout: float = typer.Option(10.0, "--timeout", help="Seconds before SIGKILL."),
-    keep_state: bool = typer.Option(False, "--keep-state", help="Keep logs and data."),
-) -> None:
+def down_cmd(state_dir: Path | None, timeout: float, keep_state: bool) -> None:
     """Stop the local cluster (by recorded PIDs) and remove its state. Idempotent."""
     from cw_cli import localcluster as lc
 
@@ -100,11 +100,10 @@ def down_cmd(
         out.print(f"removed {res.state_dir}")
 
 
-@cluster_app.command("status")
+@cluster_group.command("status")
+@click.option("--state-dir", type=_PATH, help=_STATE_HELP)
 @handle_errors
-def status_cmd(
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=_STATE_HELP),
-) -> None:
+def status_cmd(state_dir: Path | None) -> None:
     """Show processes, API readiness and nodes. Exit code 1 when not running."""
     from rich.table import Table
 
@@ -114,7 +113,7 @@ def status_cmd(
     out = _out()
     if not st.exists and not st.processes:
         out.print(f"no local cluster at {st.state_dir} (start one with: cw cluster up)")
-        raise typer.Exit(1)
+        raise click.exceptions.Exit(1)
     t = Table(title=f"local cluster ({st.state_dir})")
     t.add_column("process")
     t.add_column("pid", justify="right")
@@ -135,4 +134,4 @@ def status_cmd(
     if st.kubeconfig:
         out.print(f"kubeconfig: {st.kubeconfig} (context cw-local)")
     if not st.running:
-        raise typer.Exit(1)
+        raise click.exceptions.Exit(1)

@@ -6,7 +6,7 @@ import functools
 import os
 from typing import Any, Callable, TypeVar
 
-import typer
+import click
 
 from cw_cli.cli.output import err
 from cw_cli.errors import ConfigError, CwError, ExitCode
@@ -49,9 +49,9 @@ def handle_errors(function: F) -> F:
 
                 traceback.print_exc()
             report(error)
-            raise typer.Exit(int(error.exit_code)) from None
+            raise click.exceptions.Exit(int(error.exit_code)) from None
         except KeyboardInterrupt:
             err().print("interrupted")
-            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+            raise click.exceptions.Exit(int(ExitCode.INTERRUPTED)) from None
 
     return wrapper  # type: ignore[return-value]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Iterable, Optional
+from typing import TYPE_CHECKING, Iterable
 
-import typer
+import click
 
 from cw_cli.cli.errors import handle_errors
+from cw_cli.cli.options import context_option, namespace_option
 from cw_cli.cli.output import err, out
 
 if TYPE_CHECKING:
@@ -86,10 +87,10 @@ def _load(target: str, rank: int | None, namespace: str | None, context: str | N
         return load_path(path, target)
     from rich.markup import escape
 
-    from cw_cli.cli.app import _kube
+    from cw_cli.cli import options
 
-    kube = _kube(context, namespace)
-    lines = pod_log_lines(kube, target, rank, notice=lambda m: err().print(escape(m)))
+    client = options.kube(context, namespace)
+    lines = pod_log_lines(client, target, rank, notice=lambda m: err().print(escape(m)))
     return read_lines(lines, target, _pod_source(target, rank))
 
 
@@ -103,15 +104,15 @@ def _follow(target: str, rank: int | None, namespace: str | None, context: str |
     from rich.live import Live
     from rich.markup import escape
 
-    from cw_cli.cli.app import _kube
+    from cw_cli.cli import options
     from cw_cli.metrics.parse import RecordParser, RunMetrics
     from cw_cli.metrics.sources import pod_log_lines
 
-    kube = _kube(context, namespace)
+    client = options.kube(context, namespace)
     run = RunMetrics(target, _pod_source(target, rank))
     parser = RecordParser()
     console = out()
-    lines: Iterable[str] = pod_log_lines(kube, target, rank, follow=True, notice=lambda m: err().print(escape(m)))
+    lines: Iterable[str] = pod_log_lines(client, target, rank, follow=True, notice=lambda m: err().print(escape(m)))
 
     def render() -> "RenderableType":
         metrics = asked or _resolve_metrics([run], [])
@@ -133,18 +134,31 @@ def _follow(target: str, rank: int | None, namespace: str | None, context: str |
     return run
 
 
+@click.command("metrics")
+@click.argument("runs", nargs=-1, required=True, metavar="RUN|PATH...")
+@click.option("--metric", "-m", multiple=True, help="Metric to chart (repeatable; default: reward if logged, else loss).")
+@click.option("--rank", type=int, help="Node rank whose log is read (default 0).")
+@click.option("--output", "-o", default="table", show_default=True, help="table, json or csv (the raw series).")
+@click.option("--png", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also write a PNG plot, one panel per metric (needs the 'plot' extra).")
+@click.option("--follow", "-f", is_flag=True, help="Keep reading the run's log and redrawing until its pod ends.")
+@namespace_option
+@context_option
 @handle_errors
 def metrics_command(
-    runs: Annotated[list[str], typer.Argument(help="Run names, or local paths: an output/checkpoint folder, a trainer_state.json, a log file.", show_default=False, metavar="RUN|PATH")],
-    metric: Annotated[Optional[list[str]], typer.Option("--metric", "-m", help="Metric to chart (repeatable; default: reward if logged, else loss).")] = None,
-    rank: Annotated[Optional[int], typer.Option("--rank", help="Node rank whose log is read (default 0).")] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table (default), json or csv (the raw series).")] = "table",
-    png: Annotated[Optional[Path], typer.Option("--png", help="Also write a PNG plot, one panel per metric (needs the 'plot' extra).")] = None,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep reading the run's log and redrawing until its pod ends.")] = False,
-    namespace: Annotated[Optional[str], typer.Option("--namespace", "-n", help="Namespace (default: the context's).")] = None,
-    context: Annotated[Optional[str], typer.Option("--context", help="kubeconfig context.")] = None,
+    runs: tuple[str, ...],
+    metric: tuple[str, ...],
+    rank: int | None,
+    output: str,
+    png: Path | None,
+    follow: bool,
+    namespace: str | None,
+    context: str | None,
 ) -> None:
-    """Show a run's training metrics (loss, reward...) from its trainer log: a table and a chart."""
+    """Show a run's training metrics (loss, reward...) from its trainer log: a table and a chart.
+
+    RUN|PATH: run names, or local paths (an output/checkpoint folder, a trainer_state.json, a log file).
+    """
     from cw_cli.errors import ConfigError
 
     if output not in OUTPUTS:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Iterator
 
-import typer
+import click
 
 from cw_cli.cli.errors import handle_errors
+from cw_cli.cli.options import context_option, namespace_option
 from cw_cli.cli.output import err, out
 from cw_cli.frameworks.registry import FrameworkRegistry
 
@@ -25,56 +26,56 @@ DRY_RUN_HEADER = (
 )
 
 
-def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name: str) -> Callable[..., None]:
-    """Build the command function for ``cw <framework_name> <type_name>``."""
+def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name: str, short_help: str) -> click.Command:
+    """Build the click command ``cw <framework_name> <type_name>``."""
 
+    @click.command(type_name, help=f"Run `{framework_name} {type_name}` on the cluster.", short_help=short_help)
+    @click.argument("config", type=click.Path(path_type=Path))
+    @click.option("--gpu", type=int, help="GPUs per trainer node.")
+    @click.option("--cpu", help="CPU per trainer pod, e.g. 32.")
+    @click.option("--memory", help="Memory per trainer pod, e.g. 256Gi.")
+    @click.option("--image", help="Trainer image.")
+    @click.option("--nodes", type=int, help="Trainer nodes (one pod each).")
+    @click.option("--name", help="Run name (default: generated, unique).")
+    @click.option("--pull", is_flag=True, help="Always pull the image.")
+    @click.option("--set", "set_", multiple=True, metavar="KEY=VALUE",
+                  help="key=value for any config key, dotted keys nest, value typed as YAML; repeatable.")
+    @namespace_option
+    @context_option
+    @click.option("--dry-run", is_flag=True, help="Print the manifests; touch nothing.")
+    @click.option("--server-dry-run", is_flag=True, help="Have the API server validate everything; persist nothing.")
+    @click.option("--services", is_flag=True, help="Deploy only the services of a multi-service type.")
+    @click.option("--ttl", help="With --services: how long the servers live, e.g. 6h, 90m.")
+    @click.option("--wait", is_flag=True, help="Block until the run ends; exit 0 on success, 1 on failure.")
+    @click.option("--timeout", type=float, help="Seconds to wait for services (and with --wait, the run).")
+    @click.option("--local", is_flag=True, help="Run the trainer's command here as a local process (debugging).")
+    @click.option("--resume", is_flag=True, help="Continue the checkpoints in the run's folder even though the config changed.")
+    @click.option("--sweep", multiple=True, metavar="KEY=V1,V2",
+                  help="key=v1,v2,...: one run per value (several --sweep: every combination); --name names the sweep.")
+    @click.option("--resume-sweep", is_flag=True, help="Keep a sweep's runs if one fails; run again to create the rest.")
     @handle_errors
     def command(
-        config: Annotated[Path, typer.Argument(help="The run's YAML config (cluster fields + the framework's own).")],
-        gpu: Annotated[Optional[int], typer.Option("--gpu", help="GPUs per trainer node.")] = None,
-        cpu: Annotated[Optional[str], typer.Option("--cpu", help="CPU per trainer pod, e.g. 32.")] = None,
-        memory: Annotated[Optional[str], typer.Option("--memory", help="Memory per trainer pod, e.g. 256Gi.")] = None,
-        image: Annotated[Optional[str], typer.Option("--image", help="Trainer image.")] = None,
-        nodes: Annotated[Optional[int], typer.Option("--nodes", help="Trainer nodes (one pod each).")] = None,
-        name: Annotated[Optional[str], typer.Option("--name", help="Run name (default: generated, unique).")] = None,
-        pull: Annotated[bool, typer.Option("--pull", help="Always pull the image.")] = False,
-        set_: Annotated[
-            Optional[list[str]], typer.Option("--set", help="key=value for any config key, dotted keys nest, value typed as YAML; repeatable.")
-        ] = None,
-        namespace: Annotated[Optional[str], typer.Option("--namespace", "-n", help="Namespace (default: the context's).")] = None,
-        context: Annotated[Optional[str], typer.Option("--context", help="kubeconfig context.")] = None,
-        dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the manifests; touch nothing.")] = False,
-        server_dry_run: Annotated[
-            bool, typer.Option("--server-dry-run", help="Have the API server validate everything; persist nothing.")
-        ] = False,
-        services: Annotated[bool, typer.Option("--services", help="Deploy only the services of a multi-service type.")] = False,
-        ttl: Annotated[
-            Optional[str], typer.Option("--ttl", help="With --services: how long the servers live, e.g. 6h, 90m.")
-        ] = None,
-        wait: Annotated[bool, typer.Option("--wait", help="Block until the run ends; exit 0 on success, 1 on failure.")] = False,
-        timeout: Annotated[
-            Optional[float], typer.Option("--timeout", help="Seconds to wait for services (and with --wait, the run).")
-        ] = None,
-        local: Annotated[
-            bool, typer.Option("--local", help="Run the trainer's command here as a local process (debugging).")
-        ] = False,
-        resume: Annotated[
-            bool,
-            typer.Option(
-                "--resume", help="Continue the checkpoints in the run's folder even though the config changed."
-            ),
-        ] = False,
-        sweep: Annotated[
-            Optional[list[str]],
-            typer.Option(
-                "--sweep",
-                help="key=v1,v2,...: one run per value (several --sweep: every combination); --name names the sweep.",
-            ),
-        ] = None,
-        resume_sweep: Annotated[
-            bool,
-            typer.Option("--resume-sweep", help="Keep a sweep's runs if one fails; run again to create the rest."),
-        ] = False,
+        config: Path,
+        gpu: int | None,
+        cpu: str | None,
+        memory: str | None,
+        image: str | None,
+        nodes: int | None,
+        name: str | None,
+        pull: bool,
+        set_: tuple[str, ...],
+        namespace: str | None,
+        context: str | None,
+        dry_run: bool,
+        server_dry_run: bool,
+        services: bool,
+        ttl: str | None,
+        wait: bool,
+        timeout: float | None,
+        local: bool,
+        resume: bool,
+        sweep: tuple[str, ...],
+        resume_sweep: bool,
     ) -> None:
         from cw_cli import api
 
@@ -83,13 +84,13 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
         session = None if (dry_run or local) else api.Session(context=context, namespace=namespace, registry=registry)
         options = dict(
             name=name, namespace=namespace, gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull,
-            set=set_ or [], services=services, ttl=ttl, timeout=timeout, resume=resume, local=local,
+            set=list(set_), services=services, ttl=ttl, timeout=timeout, resume=resume, local=local,
         )  # fmt: skip
         if sweep or resume_sweep or _has_sweep_block(config):
             if local or services or server_dry_run:
-                raise typer.BadParameter("a sweep cannot be combined with --local, --services or --server-dry-run")
+                raise click.UsageError("a sweep cannot be combined with --local, --services or --server-dry-run")
             options.pop("name")
-            _sweep(session, config, framework_name, type_name, registry, sweep or [], name, options,
+            _sweep(session, config, framework_name, type_name, registry, list(sweep), name, options,
                    dry_run, wait, timeout, resume_sweep)  # fmt: skip
             return
         if session is None:
@@ -103,11 +104,10 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
         if local:
             from cw_cli.cli.local import run_locally
 
-            raise typer.Exit(run_locally(planned.plan))
+            raise click.exceptions.Exit(run_locally(planned.plan))
         assert session is not None
         _apply(session, planned, server_dry_run, wait, timeout, services)
 
-    command.__doc__ = f"Run `{framework_name} {type_name}` on the cluster."
     return command
 
 

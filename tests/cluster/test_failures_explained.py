@@ -240,13 +240,13 @@ def test_json_of_a_live_run_all_namespaces_filters_and_run_name_completion(kube_
     assert json.loads(run_cw(cw_env, "list", "-n", namespace, "--framework", "axolotl", "-o", "json").stdout)["items"] == []
     assert [i["name"] for i in json.loads(run_cw(cw_env, "list", "-n", namespace, "--framework", "trl", "-o", "json").stdout)["items"]] == ["live"]
 
-    # Shell completion of RUN (typer's protocol, as `cw --install-completion` sets it up for bash).
+    # Shell completion of RUN (click's bash protocol, as `eval "$(cw completion bash)"` sets it up).
     script = "import sys; sys.argv[0] = 'cw'; from cw_cli.cli.app import main; main()"
-    env = {**cw_env, "_CW_COMPLETE": "complete_bash", "COMP_WORDS": f"cw status -n {namespace} li", "COMP_CWORD": "4"}
+    env = {**cw_env, "_CW_COMPLETE": "bash_complete", "COMP_WORDS": f"cw status -n {namespace} li", "COMP_CWORD": "4"}
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     elapsed = time.monotonic() - started
-    assert result.returncode == 0 and result.stdout.split() == ["live"] and result.stderr == "", result
+    assert result.returncode == 0 and result.stdout.split() == ["plain,live"] and result.stderr == "", result
     print(f"\ncompletion of a run name: {elapsed:.2f} s")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -163,3 +164,31 @@ def test_debug_shows_a_traceback_for_config_errors(env, tmp_path):
     path.write_text("model_name_or_path: m\n")
     result = cw(env, "--debug", "trl", "sft", path, "--dry-run")
     assert result.returncode == 2 and "Traceback" in result.stderr
+
+
+def test_the_root_help_lines_are_the_commands_own():
+    """`cw --help` lists commands without importing them; its lines must not drift from theirs."""
+    from cw_cli.cli.app import COMMANDS, load_command
+
+    for name, (target, short) in COMMANDS.items():
+        command = load_command(target)
+        assert command.name == name
+        assert (command.help or "").split("\n\n")[0].replace("\n", " ").strip() == short, name
+
+
+def test_only_the_invoked_command_is_imported(env):
+    """`cw status` must not pay for the launch options, nor `cw --help` for any command."""
+    probe = (
+        "import sys; sys.argv = ['cw', *sys.argv[1:]]\n"
+        "from cw_cli.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('cw_cli.cli.')), file=sys.stderr)\n"
+    )
+    env = dict(env, PYTHONPATH=str(REPO))
+    loaded = {}
+    for args in (["--help"], ["status", "--help"], ["trl", "sft", "--help"]):
+        done = subprocess.run([sys.executable, "-c", probe, *args], env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
+        loaded[args[0]] = set(ast.literal_eval(done.stderr.strip().splitlines()[-1]))
+    assert loaded["--help"] == {"cw_cli.cli.app"}
+    assert "cw_cli.cli.runs" in loaded["status"] and "cw_cli.cli.run" not in loaded["status"]
+    assert "cw_cli.cli.run" in loaded["trl"] and "cw_cli.cli.runs" not in loaded["trl"]

@@ -64,7 +64,7 @@ def test_exit_codes_are_the_documented_ones():
 
 
 def test_cli_maps_cw_errors_to_exit_codes_without_traceback(capsys):
-    import typer
+    import click
 
     from cw_cli.cli.errors import handle_errors
 
@@ -72,7 +72,7 @@ def test_cli_maps_cw_errors_to_exit_codes_without_traceback(capsys):
     def command():
         raise error_for_status(409, _status("jobs.batch \"r\" already exists"), "apply Job r")
 
-    with pytest.raises(typer.Exit) as info:
+    with pytest.raises(click.exceptions.Exit) as info:
         command()
     assert info.value.exit_code == ExitCode.CONFLICT
     err = capsys.readouterr().err

@@ -126,8 +126,7 @@ files_on_disk = st.lists(st.tuples(st.sampled_from(NAMES[:4] + ["sub/x.txt"]), s
 @pytest.fixture(scope="module")
 def cw():
     """The CLI, built once and warmed up, so the deadline measures one config, not the imports."""
-    import typer.testing
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from cw_cli.cli.app import build_app
 
@@ -137,17 +136,11 @@ def cw():
     def invoke(path: Path):
         return runner.invoke(app, ["trl", "sft", str(path), "--dry-run"])
 
-    with pytest.MonkeyPatch.context() as patch:
-        # typer rebuilds the click command of every framework on each invoke (60% of the time);
-        # build it once. Without that private helper, each invoke just builds its own.
-        if hasattr(typer.testing, "_get_command"):
-            command = typer.testing._get_command(app)
-            patch.setattr(typer.testing, "_get_command", lambda given: command if given is app else given)
-        with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "config.yaml"
-            path.write_text("checkpoint_volume: ckpts\nmodel_name_or_path: m\ndataset_name: d\n")
-            assert invoke(path).exit_code == 0
-        yield invoke
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "config.yaml"
+        path.write_text("checkpoint_volume: ckpts\nmodel_name_or_path: m\ndataset_name: d\n")
+        assert invoke(path).exit_code == 0
+    yield invoke
 
 
 @settings(

@@ -1,6 +1,6 @@
 """Hostile config files end with a clean message and exit code 2: never a traceback, a hang or all the memory.
 
-Each test drives the real CLI (`cw <framework> <type> CONFIG --dry-run`) in-process through typer's
+Each test drives the real CLI (`cw <framework> <type> CONFIG --dry-run`) in-process through click's
 CliRunner, and checks the exit code, the message (file, field, fix) and, where the old code hung
 or ate memory, the time taken.
 """
@@ -15,7 +15,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from unit_helpers import CONFIGS, builtin_registry
 

@@ -141,6 +141,6 @@ def test_bad_output_and_state_values_are_usage_errors_and_completion_is_silent(t
         assert result.returncode == 2 and "expected one of" in result.stderr and "Traceback" not in result.stderr, result.stderr
     # Completion of a RUN argument without any cluster: no candidates, no noise, exit 0.
     script = "import sys; sys.argv[0] = \"cw\"; from cw_cli.cli.app import main; main()"
-    complete = {**env, "_CW_COMPLETE": "complete_bash", "COMP_WORDS": "cw status ", "COMP_CWORD": "2"}
+    complete = {**env, "_CW_COMPLETE": "bash_complete", "COMP_WORDS": "cw status ", "COMP_CWORD": "2"}
     result = subprocess.run([sys.executable, "-c", script], env=complete, capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stdout.strip(), result.stderr) == (0, "", "")

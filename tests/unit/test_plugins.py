@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 import yaml
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from cw_cli.frameworks.registry import FrameworkRegistry
 
@@ -193,7 +193,7 @@ def test_plugin_required_keys_are_enforced(registry, tmp_path):
         load_run_config(path, loaded.framework, training_type, [], FlagOverrides())
 
 
-# The CLI, through typer's CliRunner: a fresh app built from a registry that sees the plugins.
+# The CLI, through click's CliRunner: a fresh app built from a registry that sees the plugins.
 
 
 @pytest.fixture

@@ -1,0 +1,68 @@
+"""Options and arguments shared by several commands, and the cluster connection they select."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
+
+    from cw_cli.k8s.connection import Kube
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def namespace_option(function: F) -> F:
+    """``--namespace/-n``: the namespace (default: the kubeconfig context's)."""
+    return click.option("--namespace", "-n", help="Namespace (default: the context's).")(function)
+
+
+def context_option(function: F) -> F:
+    """``--context``: the kubeconfig context (default: the current one)."""
+    return click.option("--context", help="kubeconfig context.")(function)
+
+
+def output_option(function: F) -> F:
+    """``--output/-o``: table, json or yaml; checked by the command (so the message lists the choices)."""
+    return click.option(
+        "--output", "-o", default="table", show_default=True, metavar="FORMAT",
+        help="table, json or yaml (fields: docs/output.md).",
+    )(function)  # fmt: skip
+
+
+def kube(context: str | None, namespace: str | None) -> "Kube":
+    """Connect to the API server of ``context`` (kubectl's rules), bound to ``namespace``."""
+    from cw_cli.k8s.connection import ClusterTarget, connect
+
+    return connect(ClusterTarget(context=context, namespace=namespace))
+
+
+def complete_run(ctx: click.Context, param: click.Parameter, incomplete: str) -> "list[CompletionItem]":
+    """Shell completion of a RUN argument: the runs in the namespace, read through the API server.
+
+    Fast (a short request timeout) and silent: no cluster, no kubeconfig or no permission means
+    no candidates, never a traceback in the middle of the user's command line.
+    """
+    try:
+        import warnings
+
+        from click.shell_completion import CompletionItem
+
+        os.environ.setdefault("CW_REQUEST_TIMEOUT", "3")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from cw_cli.k8s.inspect import run_names
+
+            params = ctx.params or {}
+            names = run_names(kube(params.get("context"), params.get("namespace")))
+        return [CompletionItem(name) for name in names if name.startswith(incomplete or "")]
+    except Exception:  # noqa: BLE001 - completion must never fail loudly
+        return []
+
+
+def run_argument(required: bool = True) -> Callable[[F], F]:
+    """The RUN argument of status, logs and delete: completes run names."""
+    return click.argument("run", metavar="RUN", required=required, shell_complete=complete_run)
