@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # the kubernetes-backed modules load only when a call needs t
     from cw_cli.k8s.inspect import RunView
     from cw_cli.k8s.launch import LaunchResult
     from cw_cli.render.plan import Plan, RunRequest
+    from cw_cli.config.yaml_source import YamlSource
 
 Progress = Callable[[str], None]
 #: A config given as a mapping is read as if it were a file in this folder (relative paths in it,
@@ -108,8 +109,26 @@ def _registry() -> "FrameworkRegistry":
     return FrameworkRegistry().load_all()
 
 
+def read_config(path: str | Path) -> "YamlSource":
+    """Read a config file once (YAML, or verifiers' TOML); :func:`plan` and :func:`plan_sweep` take the result.
+
+    Raises:
+        ConfigError: The file is missing, unreadable, not valid YAML/TOML or over a size limit.
+    """
+    from cw_cli.config.yaml_source import load_config_file
+
+    return load_config_file(Path(path))
+
+
+def has_sweep(config: "YamlSource") -> bool:
+    """Whether a config read by :func:`read_config` has a ``sweep:`` block (then it is a sweep)."""
+    from cw_cli.sweep import SWEEP_KEY
+
+    return SWEEP_KEY in config.data
+
+
 def plan(
-    config: str | Path | Mapping[str, Any],
+    config: "str | Path | Mapping[str, Any] | YamlSource",
     framework: str,
     training_type: str,
     *,
@@ -131,12 +150,12 @@ def plan(
     connect: "Callable[[], Kube] | None" = None,
     base_dir: Path | None = None,
     sweep: str | None = None,
-    _source: Any = None,
 ) -> PlannedRun:
     """Validate a config and render its run, as ``cw FRAMEWORK TYPE CONFIG --dry-run`` does.
 
     Args:
-        config: A config file, or the same content as a mapping.
+        config: A config file, the same content as a mapping, or a file already read by
+            :func:`read_config`.
         framework: A framework of the registry (``trl``, ``axolotl``, ``verifiers``, a plugin).
         training_type: Its training type (``sft``, ``dpo``, ``grpo``, ...).
         name: Run name; default generated and unique.
@@ -176,9 +195,9 @@ def plan(
 
     loaded, kind = (registry or _registry()).resolve_type(framework, training_type)
     flags = FlagOverrides(gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull or None)
-    if _source is not None:  # a sweep's runs: the file was read once
-        path = _source.path
-        run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, source=_source)
+    if isinstance(config, YamlSource):  # read once (a sweep's runs, the CLI)
+        path = config.path
+        run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, source=config)
     elif isinstance(config, Mapping):
         path = (base_dir or Path.cwd()) / DICT_CONFIG_NAME
         source = YamlSource(path=path, data=dict(config))
@@ -237,7 +256,7 @@ class PlannedSweep:
 
 
 def plan_sweep(
-    config: str | Path | Mapping[str, Any],
+    config: "str | Path | Mapping[str, Any] | YamlSource",
     framework: str,
     training_type: str,
     *,
@@ -257,7 +276,8 @@ def plan_sweep(
     one invalid point refuses the whole sweep, naming it.
 
     Args:
-        config: A config file or a mapping (with or without a ``sweep`` block).
+        config: A config file, a mapping or a file read by :func:`read_config` (with or without a
+            ``sweep`` block).
         framework: The framework.
         training_type: Its training type.
         sweep: ``key=v1,v2,...`` grid axes over the file's (a flag replaces the file's values of
@@ -276,7 +296,9 @@ def plan_sweep(
     from cw_cli.config.yaml_source import YamlSource, load_config_file
     from cw_cli.render.naming import generate_run_name, validate_run_name
 
-    if isinstance(config, Mapping):
+    if isinstance(config, YamlSource):
+        source = config
+    elif isinstance(config, Mapping):
         source = YamlSource(path=(base_dir or Path.cwd()) / DICT_CONFIG_NAME, data=dict(config))
     else:
         source = load_config_file(Path(config))
@@ -301,8 +323,8 @@ def plan_sweep(
         try:
             runs.append(
                 plan(
-                    config, framework, training_type, name=run_name, set=[*common, *set_assignments(point)],
-                    registry=registry, sweep=sweep_name, _source=stripped, **options,
+                    stripped, framework, training_type, name=run_name, set=[*common, *set_assignments(point)],
+                    registry=registry, sweep=sweep_name, **options,
                 )
             )  # fmt: skip
         except ConfigError as exc:
@@ -450,7 +472,9 @@ class Session:
             self._registry = _registry()
         return self._registry
 
-    def plan(self, config: str | Path | Mapping[str, Any], framework: str, training_type: str, **options: Any) -> PlannedRun:
+    def plan(
+        self, config: "str | Path | Mapping[str, Any] | YamlSource", framework: str, training_type: str, **options: Any
+    ) -> PlannedRun:
         """:func:`plan` with this session's registry and the cluster's facts (see there for options)."""
         return plan(config, framework, training_type, registry=self.registry, connect=lambda: self.kube, **options)
 
@@ -492,7 +516,7 @@ class Session:
         return Run(planned.name, self, planned.plan.owner_kind, result, planned.plan)
 
     def plan_sweep(
-        self, config: str | Path | Mapping[str, Any], framework: str, training_type: str, **options: Any
+        self, config: "str | Path | Mapping[str, Any] | YamlSource", framework: str, training_type: str, **options: Any
     ) -> PlannedSweep:
         """:func:`plan_sweep` with this session's registry and connection."""
         return plan_sweep(config, framework, training_type, registry=self.registry, connect=lambda: self.kube, **options)

@@ -10,11 +10,12 @@ import click
 
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import context_option, namespace_option
-from cw_cli.cli.output import err, out
+from cw_cli.cli.output import err
 from cw_cli.frameworks.registry import FrameworkRegistry
 
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a command needs the cluster
     from cw_cli import api
+    from cw_cli.config.yaml_source import YamlSource
 
 
 #: `--dry-run` prints the plan for reading: applied as is, the suspended Job would never start.
@@ -86,20 +87,21 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
             name=name, namespace=namespace, gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull,
             set=list(set_), services=services, ttl=ttl, timeout=timeout, resume=resume, local=local,
         )  # fmt: skip
-        if sweep or resume_sweep or _has_sweep_block(config):
+        source = api.read_config(config)  # once: it also says whether this is a sweep
+        if sweep or resume_sweep or api.has_sweep(source):
             if local or services or server_dry_run:
                 raise click.UsageError("a sweep cannot be combined with --local, --services or --server-dry-run")
             options.pop("name")
-            _sweep(session, config, framework_name, type_name, registry, list(sweep), name, options,
+            _sweep(session, source, framework_name, type_name, registry, list(sweep), name, options,
                    dry_run, wait, timeout, resume_sweep)  # fmt: skip
             return
         if session is None:
-            planned = api.plan(config, framework_name, type_name, registry=registry, **options)
+            planned = api.plan(source, framework_name, type_name, registry=registry, **options)
         else:
-            planned = session.plan(config, framework_name, type_name, **options)
+            planned = session.plan(source, framework_name, type_name, **options)
         _print_notices(planned.notices)
         if dry_run:
-            out().file.write(DRY_RUN_HEADER + planned.to_yaml())
+            click.echo(DRY_RUN_HEADER + planned.to_yaml(), nl=False)
             return
         if local:
             from cw_cli.cli.local import run_locally
@@ -111,17 +113,9 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
     return command
 
 
-def _has_sweep_block(config: Path) -> bool:
-    """Whether the config file has a ``sweep:`` block (read before anything else: it decides the command)."""
-    from cw_cli.config.yaml_source import load_config_file
-    from cw_cli.sweep import SWEEP_KEY
-
-    return SWEEP_KEY in load_config_file(config).data
-
-
 def _sweep(
     session: "api.Session | None",
-    config: Path,
+    config: "YamlSource",
     framework_name: str,
     type_name: str,
     registry: FrameworkRegistry,
@@ -144,7 +138,7 @@ def _sweep(
         planned = session.plan_sweep(config, framework_name, type_name, sweep=flags, name=name, **options)
     _print_notices(planned.runs[0].notices)
     if dry_run:
-        out().file.write(DRY_RUN_HEADER + f"# sweep {planned.name}: {len(planned.runs)} runs\n" + planned.to_yaml())
+        click.echo(DRY_RUN_HEADER + f"# sweep {planned.name}: {len(planned.runs)} runs\n" + planned.to_yaml(), nl=False)
         return
     assert session is not None
     console = err()
@@ -168,11 +162,12 @@ def _sweep(
 
 
 def _print_notices(notices: list[str]) -> None:
-    """What cw decided for the user (moved outputs, shipped files, outputs not kept), on stderr."""
-    from rich.markup import escape
+    """What cw decided for the user (moved outputs, shipped files, outputs not kept), on stderr.
 
+    Plain click output: a dry run must not pay for importing rich.
+    """
     for notice in notices:
-        err().print(f"[yellow]note:[/] {escape(notice)}")
+        click.echo(click.style("note:", fg="yellow") + " " + notice, err=True)
 
 
 def _local_gpu_count() -> int:

@@ -254,7 +254,8 @@ class BaseTrainingFramework(ABC):
         import yaml  # lazily: only rendering needs it
 
         # allow_unicode stays off: PyYAML would write line breaks (NEL, U+2028) raw and lose them.
-        return yaml.safe_dump(config, sort_keys=False)
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: ~10x faster; the same data (tests/unit/test_libyaml_dump_reads_back_the_same.py)
+        return yaml.dump(config, Dumper=dumper, sort_keys=False)
 
     def pip_packages(self, config: dict[str, Any], context: RunContext) -> list[str]:
         """Requirements installed in the run's pods before their command starts (none by default).

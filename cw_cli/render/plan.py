@@ -142,7 +142,8 @@ class Plan:
 
     def to_yaml(self) -> str:
         """The manifests as multi-document YAML."""
-        return yaml.safe_dump_all(self.manifests, sort_keys=False, default_flow_style=False, width=1000)
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: ~10x faster; the same data (tests/unit/test_libyaml_dump_reads_back_the_same.py)
+        return yaml.dump_all(self.manifests, Dumper=dumper, sort_keys=False, default_flow_style=False, width=1000)
 
 
 def _labels(request: RunRequest) -> dict[str, str]:
