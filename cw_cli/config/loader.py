@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,9 @@ from pydantic import ValidationError
 from cw_cli.config.models import CLUSTER_FIELDS, ClusterSpec, image_problem
 from cw_cli.config.yaml_source import MAX_DEPTH, YamlSource, load_config_file, parse_scalar
 from cw_cli.errors import ConfigError
-from cw_cli.frameworks.base import BaseTrainingFramework, TrainingType
+from cw_cli.types import NativeConfigRules, RunConfig, TrainingType
+
+__all__ = ["FlagOverrides", "RunConfig", "load_run_config", "parse_set"]
 
 
 @dataclass(frozen=True)
@@ -34,23 +36,6 @@ class FlagOverrides:
     def given(self) -> dict[str, Any]:
         """The flags the user actually passed."""
         return {name: value for name, value in self.__dict__.items() if value is not None}
-
-
-@dataclass
-class RunConfig:
-    """A validated config: cw's cluster fields and the framework's native config.
-
-    Attributes:
-        path: The config file.
-        cluster: Cluster fields with defaults, `--set` and flags applied.
-        native: The framework's own config, cluster fields removed.
-        notices: Decisions to show the user (e.g. a flag that overrides what the config says).
-    """
-
-    path: Path
-    cluster: ClusterSpec
-    native: dict[str, Any] = field(default_factory=dict)
-    notices: list[str] = field(default_factory=list)
 
 
 def parse_set(assignment: str) -> tuple[list[str], Any]:
@@ -126,7 +111,7 @@ def _known_fields_at(loc: tuple[Any, ...]) -> list[str]:
 
 def load_run_config(
     path: Path,
-    framework: BaseTrainingFramework,
+    framework: NativeConfigRules,
     training_type: TrainingType,
     sets: list[str] | None = None,
     flags: FlagOverrides | None = None,
@@ -258,7 +243,7 @@ _RESERVED_ENV = {
 }
 
 
-def _environment_conflicts(cluster: ClusterSpec, framework: BaseTrainingFramework, native: dict[str, Any]) -> list[tuple[str, str]]:
+def _environment_conflicts(cluster: ClusterSpec, framework: NativeConfigRules, native: dict[str, Any]) -> list[tuple[str, str]]:
     """(cw field, problem) for environment settings that cannot work in the pods."""
     problems = []
     for variable, why in _RESERVED_ENV.items():

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from cw_cli.frameworks.tracking import Tracking, from_trainer_args
+from cw_cli.types import TrainingType
+
+__all__ = ["TrainingType"]  # plugins import it from here (docs/plugins.md); it lives in cw_cli.types
 
 if TYPE_CHECKING:  # pydantic is heavy; `cw --help` must not import it
     from cw_cli.config.models import ClusterSpec
@@ -21,14 +23,6 @@ if TYPE_CHECKING:  # pydantic is heavy; `cw --help` must not import it
 CONFIG_MOUNT = "/etc/cw"
 CONFIG_FILE = f"{CONFIG_MOUNT}/config.yaml"
 CHECKPOINT_MOUNT = "/checkpoints"
-
-
-class TrainingType(str, Enum):
-    """The training methods cw knows; a framework supports a subset."""
-
-    SFT = "sft"
-    DPO = "dpo"
-    GRPO = "grpo"
 
 
 @dataclass(frozen=True)
@@ -39,7 +33,6 @@ class RunContext:
         run_name: The run's name; every object name starts with it.
         training_type: The training method.
         cluster: The validated cluster fields, with command-line flags applied.
-        gpus: GPUs per trainer pod (after framework defaults).
         names: Object name per role (``config``, ``trainer``, ``nodes``, ``server``, ``reward``).
         services_only: Only the services are deployed (``--services``).
     """
@@ -47,9 +40,13 @@ class RunContext:
     run_name: str
     training_type: TrainingType
     cluster: ClusterSpec
-    gpus: int
     names: dict[str, str]
     services_only: bool = False
+
+    @property
+    def gpus(self) -> int:
+        """GPUs per trainer pod: ``cluster.gpu``, where the loader put the framework's default."""
+        return self.cluster.gpu or 0
 
     @property
     def output_dir(self) -> str:

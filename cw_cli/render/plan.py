@@ -429,12 +429,10 @@ def build_plan(request: RunRequest) -> Plan:
     framework = request.framework.framework
     cluster = request.config.cluster
     names = object_names(request.run_name)
-    gpus = cluster.gpu if cluster.gpu is not None else framework.resources.gpu
     context = RunContext(
         run_name=request.run_name,
         training_type=request.training_type,
         cluster=cluster,
-        gpus=gpus,
         names=names,
         services_only=request.services_only,
     )
@@ -568,7 +566,7 @@ def build_plan(request: RunRequest) -> Plan:
                 requirements,
             ),
             "env": trainer_env,
-            "resources": _resources(gpus, cluster.cpu, cluster.memory, rdma=cluster.rdma),
+            "resources": _resources(context.gpus, cluster.cpu, cluster.memory, rdma=cluster.rdma),
             "annotations": {**NO_MESH_ANNOTATIONS, **cluster.annotations},
             # Relative output paths of the config land in the run's folder on the volume.
             "working_dir": context.output_dir,
