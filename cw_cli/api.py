@@ -401,10 +401,11 @@ class Run:
     def wait_for_servers(self, timeout: float | None = None, progress: Progress = _quiet) -> None:
         """Block until the run's servers are Ready (a ``--services`` run)."""
         from cw_cli.k8s.launch import wait_for_deployments
+        from cw_cli.labels import SERVER_ROLES
         from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S
 
         names = self._plan.service_deployments if self._plan else [
-            f"{self.name}-{role}" for role in ("server", "reward")
+            f"{self.name}-{role}" for role in SERVER_ROLES
         ]  # fmt: skip
         wait_for_deployments(self.session.kube, self.name, names, timeout or DEFAULT_SERVICES_TIMEOUT_S, progress)
 

@@ -150,7 +150,9 @@ def logs_command(
 
     from cw_cli.k8s.operations import stream_logs
 
-    if role not in ("trainer", "server", "reward"):
+    from cw_cli.labels import ROLES
+
+    if role not in ROLES:
         from cw_cli.errors import ConfigError
 
         raise ConfigError([f"--role {role!r}: expected trainer, server or reward"])

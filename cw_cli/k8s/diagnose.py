@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
+from cw_cli.labels import COMPONENT_LABEL, TRAINER
+
 #: Lines of a container's log shown with an explanation.
 SHOWN_LINES = 5
 #: Longest log line kept (a tokenizer dump or a progress bar can be one huge line).
@@ -225,7 +227,7 @@ _EVICTED_FIX = (
 
 
 def _role(pod: dict[str, Any]) -> str:
-    return ((pod.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component") or "pod"
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL) or "pod"
 
 
 def _memory_limit(pod: dict[str, Any], container: str) -> str | None:
@@ -243,7 +245,7 @@ def _image(pod: dict[str, Any], container: str, status: dict[str, Any]) -> str:
 
 
 def _memory_field(role: str) -> str:
-    return "`memory:`" if role == "trainer" else f"`services.{role}.memory`"
+    return "`memory:`" if role == TRAINER else f"`services.{role}.memory`"
 
 
 def log_requests(pod: dict[str, Any]) -> list[tuple[str, bool]]:

@@ -11,12 +11,24 @@ from cw_cli.config.quantity import parse_quantity
 from cw_cli.errors import ConfigError, Forbidden, NotFound
 from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.diagnose import Explanation, diagnose, log_requests, summary
-from cw_cli.render.jobset import JOBSET_NAME_LABEL, TRAINER
-from cw_cli.render.keeper import LIFETIME_ANNOTATION
-from cw_cli.render.plan import KUEUE_QUEUE_LABEL, MANAGED_BY, RUN_LABEL, SWEEP_LABEL
-from cw_cli.render.tracking import TENSORBOARD_ANNOTATION, WANDB_URL_ANNOTATION
+from cw_cli.render.jobset import JOBSET_NAME_LABEL
+from cw_cli.labels import (
+    COMPLETION_INDEX_ANNOTATION,
+    COMPONENT_LABEL,
+    GPU_RESOURCE,
+    KUEUE_QUEUE_LABEL,
+    LIFETIME_ANNOTATION,
+    NAME_LABEL,
+    RUN_LABEL,
+    SWEEP_LABEL,
+    TENSORBOARD_ANNOTATION,
+    TRAINER,
+    TYPE_LABEL,
+    WANDB_URL_ANNOTATION,
+    managed_selector,
+)
 
-GPU = "nvidia.com/gpu"
+
 WORKLOAD_JOB_UID = "kueue.x-k8s.io/job-uid"  # Kueue's label on the Workload of a Job
 RUN_KINDS = ("JobSet", "Job", "Deployment", "Service", "ConfigMap", "NetworkPolicy", "RoleBinding", "Role", "ServiceAccount")
 
@@ -31,7 +43,7 @@ def run_selector(run_name: str | None = None) -> str:
         ConfigError: ``run_name`` is not a run name; an empty or crafted one must never widen
             the selector to other runs (``cw delete ""`` would otherwise match every run).
     """
-    selector = f"app.kubernetes.io/managed-by={MANAGED_BY}"
+    selector = managed_selector()
     if run_name is None:
         return selector
     if not _LABEL_VALUE.match(run_name):
@@ -105,7 +117,7 @@ def _created(obj: dict[str, Any]) -> datetime | None:
 
 def _pod_gpus(pod_spec: dict[str, Any]) -> int:
     return sum(
-        int(c.get("resources", {}).get("limits", {}).get(GPU, 0) or 0) for c in pod_spec.get("containers", [])
+        int(c.get("resources", {}).get("limits", {}).get(GPU_RESOURCE, 0) or 0) for c in pod_spec.get("containers", [])
     )
 
 
@@ -209,8 +221,8 @@ def _collect_runs(
             continue
         key = (obj["metadata"].get("namespace") or kube.namespace, name)
         view = runs.setdefault(key, RunView(name=name, namespace=key[0]))
-        view.framework = labels.get("app.kubernetes.io/name", view.framework)
-        view.training_type = labels.get("cw-cli.dev/training-type", view.training_type)
+        view.framework = labels.get(NAME_LABEL, view.framework)
+        view.training_type = labels.get(TYPE_LABEL, view.training_type)
         view.sweep = labels.get(SWEEP_LABEL, view.sweep)
         view.objects.append(f"{kind}/{obj['metadata']['name']}")
         created = _created(obj)
@@ -446,11 +458,11 @@ def run_status(kube: Kube, run_name: str) -> RunView:
         phase = (pod.get("status") or {}).get("phase", "Unknown")
         pod_view = PodView(
             name=pod["metadata"]["name"],
-            role=labels.get("app.kubernetes.io/component", "?"),
+            role=labels.get(COMPONENT_LABEL, "?"),
             phase=phase,
             node=(pod.get("spec") or {}).get("nodeName"),
             # A JobSet run's servers are one-pod Indexed Jobs too: only the trainer has ranks.
-            rank=annotations.get("batch.kubernetes.io/job-completion-index") if labels.get("app.kubernetes.io/component") == "trainer" else None,
+            rank=annotations.get(COMPLETION_INDEX_ANNOTATION) if labels.get(COMPONENT_LABEL) == TRAINER else None,
             ready=_pod_ready(pod),
         )
         if phase == "Pending" and pod_view.name not in explained:
@@ -557,7 +569,7 @@ def _gpu_usage(kube: Kube, name: str) -> str:
         return f"ClusterQueue {name} not found"
     def gpus(resources: list[dict[str, Any]], key: str) -> float:
         # parse_quantity refuses zero (a request of 0 is a mistake); usage of 0 is normal here.
-        return sum(parse_quantity(str(r[key])) for r in resources if r["name"] == GPU and str(r.get(key, "0")) != "0")
+        return sum(parse_quantity(str(r[key])) for r in resources if r["name"] == GPU_RESOURCE and str(r.get(key, "0")) != "0")
 
     groups = (cq.get("spec") or {}).get("resourceGroups") or []
     quota = sum(gpus(f.get("resources", []), "nominalQuota") for g in groups for f in g.get("flavors") or [])
@@ -587,7 +599,7 @@ def find_pod(kube: Kube, run_name: str, role: str, rank: int | None) -> dict[str
     selector = f"{run_selector(run_name)},app.kubernetes.io/component={role}"
     pods = kube.list("Pod", selector)
     def index(pod: dict[str, Any]) -> str | None:
-        return (pod["metadata"].get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
+        return (pod["metadata"].get("annotations") or {}).get(COMPLETION_INDEX_ANNOTATION)
 
     if rank is not None:
         pods = [p for p in pods if index(p) == str(rank)]

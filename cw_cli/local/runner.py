@@ -32,11 +32,13 @@ from typing import Any
 
 import yaml
 
+from cw_cli.labels import COMPLETION_INDEX_ANNOTATION
+
 TRAINER_CONTAINER = "trainer"
 CONFIG_MOUNT = "/etc/cw"
 CHECKPOINT_MOUNT = "/checkpoints"
 CONFIG_KEY = "config.yaml"
-COMPLETION_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+COMPLETION_INDEX_FIELD = f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"
 _SKIP_MOUNTS = ("/dev/shm",)
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 

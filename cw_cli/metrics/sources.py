@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from cw_cli.errors import NotFound
+from cw_cli.labels import TRAINER
 from cw_cli.metrics.parse import RecordParser, RunMetrics, records_from_log_history
 
 if TYPE_CHECKING:
@@ -100,4 +101,4 @@ def pod_log_lines(
     """The trainer's log lines of a run (rank 0 unless ``rank``), through the API server."""
     from cw_cli.k8s.operations import stream_logs
 
-    return stream_logs(kube, run, "trainer", rank, follow, None, notice=notice)
+    return stream_logs(kube, run, TRAINER, rank, follow, None, notice=notice)

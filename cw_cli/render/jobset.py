@@ -17,9 +17,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from cw_cli.labels import TRAINER
+
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 GROUP_VERSION_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
-TRAINER = "trainer"
 #: The Job's own failure reason when a pod failure policy rule fails it: here only disruptions do.
 DISRUPTION_REASON = "PodFailurePolicy"
 #: Label JobSet puts on its child Jobs and their pods.

@@ -14,7 +14,6 @@ from typing import Any
 from cw_cli.frameworks.base import CONFIG_MOUNT
 from cw_cli.frameworks.runtime_files import KEEPER_FILE
 
-LIFETIME_ANNOTATION = "cw-cli.dev/lifetime-seconds"
 TOKEN_VOLUME = "keeper-token"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_SECONDS = 3600  # the kubelet refreshes a projected token well before it expires

@@ -41,7 +41,6 @@ from cw_cli.frameworks.runtime_files import (
 )
 from cw_cli.render.jobset import GROUP_VERSION_PATH as JOBSET_API, gang, trainer_address
 from cw_cli.render.keeper import (
-    LIFETIME_ANNOTATION,
     keeper_container,
     keeper_rules,
     keeper_subjects,
@@ -59,22 +58,34 @@ from cw_cli.render.shipped_files import (
 )
 from cw_cli.render.storage import pod_volumes, storage_env
 from cw_cli.render.tracking import (
-    TENSORBOARD_ANNOTATION,
-    WANDB_URL_ANNOTATION,
     tensorboard_dir,
     tracking_env,
     wandb_url,
 )
 from cw_cli.render.templates import render_manifest
+from cw_cli.labels import (
+    COMPLETION_INDEX_ANNOTATION,
+    COMPONENT_LABEL,
+    GPU_RESOURCE,
+    INSTANCE_LABEL,
+    KUEUE_QUEUE_LABEL,
+    LIFETIME_ANNOTATION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    NAME_LABEL,
+    PART_OF,
+    PART_OF_LABEL,
+    RUN_LABEL,
+    SWEEP_LABEL,
+    TENSORBOARD_ANNOTATION,
+    TRAINER,
+    TYPE_LABEL,
+    VERSION_LABEL,
+    WANDB_URL_ANNOTATION,
+)
 
-MANAGED_BY = "cw"
 #: Seconds a run's trainer waits for its servers (and cw for them) unless --timeout says otherwise.
 DEFAULT_SERVICES_TIMEOUT_S = 1800
-RUN_LABEL = "cw-cli.dev/run"
-TYPE_LABEL = "cw-cli.dev/training-type"
-SWEEP_LABEL = "cw-cli.dev/sweep"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 
 @dataclass(frozen=True)
@@ -148,11 +159,11 @@ class Plan:
 
 def _labels(request: RunRequest) -> dict[str, str]:
     return {
-        "app.kubernetes.io/name": request.framework.name,
-        "app.kubernetes.io/instance": request.run_name,
-        "app.kubernetes.io/part-of": "cw",
-        "app.kubernetes.io/managed-by": MANAGED_BY,
-        "app.kubernetes.io/version": __version__,
+        NAME_LABEL: request.framework.name,
+        INSTANCE_LABEL: request.run_name,
+        PART_OF_LABEL: PART_OF,
+        MANAGED_BY_LABEL: MANAGED_BY,
+        VERSION_LABEL: __version__,
         RUN_LABEL: request.run_name,
         TYPE_LABEL: request.training_type.value,
         **({SWEEP_LABEL: request.sweep} if request.sweep else {}),
@@ -173,7 +184,7 @@ NO_MESH_ANNOTATIONS = {"sidecar.istio.io/inject": "false", "linkerd.io/inject": 
 def _resources(gpus: int, cpu: str | None, memory: str | None, rdma: bool = False) -> dict[str, dict[str, str]]:
     amounts: dict[str, str] = {}
     if gpus:
-        amounts["nvidia.com/gpu"] = str(gpus)
+        amounts[GPU_RESOURCE] = str(gpus)
     if rdma:
         amounts[RDMA_RESOURCE] = "1"
     if cpu:
@@ -294,8 +305,8 @@ def _wait_container(
 
 
 def _spread_affinity(labels: dict[str, str]) -> dict[str, Any]:
-    selector = {key: labels[key] for key in ("app.kubernetes.io/instance", "app.kubernetes.io/managed-by")}
-    selector["app.kubernetes.io/component"] = "trainer"
+    selector = {key: labels[key] for key in (INSTANCE_LABEL, MANAGED_BY_LABEL)}
+    selector[COMPONENT_LABEL] = TRAINER
     return {
         "podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
@@ -314,9 +325,9 @@ def _pack_services_affinity(labels: dict[str, str], roles: list[str]) -> dict[st
                     "weight": 100,
                     "podAffinityTerm": {
                         "labelSelector": {
-                            "matchLabels": {"app.kubernetes.io/instance": labels["app.kubernetes.io/instance"]},
+                            "matchLabels": {INSTANCE_LABEL: labels[INSTANCE_LABEL]},
                             "matchExpressions": [
-                                {"key": "app.kubernetes.io/component", "operator": "In", "values": roles}
+                                {"key": COMPONENT_LABEL, "operator": "In", "values": roles}
                             ],
                         },
                         "topologyKey": "kubernetes.io/hostname",
@@ -550,7 +561,7 @@ def build_plan(request: RunRequest) -> Plan:
         if cluster.nodes > 1:
             master = trainer_address(request.run_name) if use_jobset else f"{names['trainer']}-0.{names['nodes']}"
             trainer_env += _multi_node_env(master, cluster.nodes)
-        job_labels = dict(labels, **{"app.kubernetes.io/component": "trainer"})
+        job_labels = {**labels, COMPONENT_LABEL: TRAINER}
         if cluster.queue and not use_jobset:
             job_labels[KUEUE_QUEUE_LABEL] = cluster.queue
         shm_size = _shm_size(cluster.shm_size, cluster.memory)
@@ -677,7 +688,7 @@ def build_plan(request: RunRequest) -> Plan:
             render_manifest(templates["service"], {**common, "service": service_view}, dirs, "Service", service_name)
         )
     if use_jobset and trainer_job is not None:
-        jobset_labels = dict(labels, **{"app.kubernetes.io/component": "trainer"})
+        jobset_labels = {**labels, COMPONENT_LABEL: TRAINER}
         if cluster.queue:
             jobset_labels[KUEUE_QUEUE_LABEL] = cluster.queue
         plan.manifests.insert(0, gang(request.run_name, jobset_labels, trainer_job, gang_servers, cluster.max_restarts))

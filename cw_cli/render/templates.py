@@ -17,6 +17,7 @@ import jinja2
 import yaml
 
 from cw_cli.errors import CwError
+from cw_cli.labels import COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY_LABEL
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
@@ -43,11 +44,11 @@ def _to_json(value: Any) -> str:
 
 
 def _with_component(labels: dict[str, str], component: str) -> dict[str, str]:
-    return {**labels, "app.kubernetes.io/component": component}
+    return {**labels, COMPONENT_LABEL: component}
 
 
 def _selector(labels: dict[str, str]) -> dict[str, str]:
-    keys = ("app.kubernetes.io/instance", "app.kubernetes.io/component", "app.kubernetes.io/managed-by")
+    keys = (INSTANCE_LABEL, COMPONENT_LABEL, MANAGED_BY_LABEL)
     return {key: labels[key] for key in keys if key in labels}
 
 

@@ -13,9 +13,7 @@ from urllib.parse import quote
 from cw_cli.frameworks.tracking import Tracking
 
 #: Annotation of the run's owner (Job or JobSet) with the W&B run's page, read by ``cw status``.
-WANDB_URL_ANNOTATION = "cw-cli.dev/wandb-url"
 #: Annotation with the folder TensorBoard's event files go to.
-TENSORBOARD_ANNOTATION = "cw-cli.dev/tensorboard-dir"
 WANDB_HOST = "https://wandb.ai"
 
 

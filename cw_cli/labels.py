@@ -1,0 +1,45 @@
+"""The names cw writes on objects and reads back: label and annotation keys, roles, resources.
+
+One module owns them, so the renderer that writes a label and the inspector that selects by it
+cannot drift apart. Ground level: imports nothing of cw.
+"""
+
+from __future__ import annotations
+
+# Kubernetes' recommended labels, on every object of a run.
+NAME_LABEL = "app.kubernetes.io/name"  # the framework
+INSTANCE_LABEL = "app.kubernetes.io/instance"  # the run
+COMPONENT_LABEL = "app.kubernetes.io/component"  # the role
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+VERSION_LABEL = "app.kubernetes.io/version"
+#: The value of MANAGED_BY_LABEL on everything cw creates.
+MANAGED_BY = "cw"
+PART_OF = "cw"
+
+# cw's own labels and annotations.
+RUN_LABEL = "cw-cli.dev/run"
+TYPE_LABEL = "cw-cli.dev/training-type"
+SWEEP_LABEL = "cw-cli.dev/sweep"
+LIFETIME_ANNOTATION = "cw-cli.dev/lifetime-seconds"
+WANDB_URL_ANNOTATION = "cw-cli.dev/wandb-url"
+TENSORBOARD_ANNOTATION = "cw-cli.dev/tensorboard-dir"
+
+# Other projects' keys cw writes or reads.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# Roles (the component label) of a run's pods.
+TRAINER = "trainer"
+SERVER = "server"
+REWARD = "reward"
+#: Roles of the servers a multi-service run may have, in the order cw starts them.
+SERVER_ROLES = (SERVER, REWARD)
+ROLES = (TRAINER, *SERVER_ROLES)
+
+
+def managed_selector() -> str:
+    """Label selector of every object cw manages."""
+    return f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+
