@@ -16,12 +16,14 @@ IDENTITY_ENV = "CW_RUN_IDENTITY"  # framework/type/model/config hash of the run,
 RESUME_CHANGED_ENV = "CW_RESUME_CHANGED_CONFIG"  # --resume: continue a folder's checkpoints under a new config
 PIP_FILE = "cw_pip.py"  # pip-installs the run's requirements, then execs the command
 KEEPER_FILE = "cw_keeper.py"  # beside each server: scales it to zero once the trainer has finished
+WAIT_FILE = "cw_wait.py"  # the trainer's init containers: wait until a server answers (run with -c)
 _SOURCES = {
     KEEPER_FILE: "cw_keeper.py",
     REWARD_SERVER_FILE: "reward_server.py",
     REWARD_CLIENT_FILE: "cw_reward.py",
     LAUNCHER_FILE: "cw_launch.py",
     PIP_FILE: "cw_pip.py",
+    WAIT_FILE: "cw_wait.py",
 }
 
 REWARD_FUNCTION = "cw_reward.remote_reward"

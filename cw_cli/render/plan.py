@@ -35,6 +35,7 @@ from cw_cli.frameworks.runtime_files import (
     KEEPER_FILE,
     LAUNCHER_FILE,
     PIP_FILE,
+    WAIT_FILE,
     runtime_file,
     with_launcher,
     with_requirements,
@@ -279,21 +280,7 @@ def _wait_container(
 ) -> dict[str, Any]:
     # Runs inside the cluster, where the Service name resolves; cw itself only reads object status.
     url = f"http://{service_name}:{service.port}{service.health_path}"
-    # Gives up after the launch's services timeout, so a server that never answers ends the
-    # trainer (and, through the keeper, the servers) instead of holding GPUs forever.
-    script = (
-        "import sys, time, urllib.request\n"
-        "url, deadline = sys.argv[1], time.monotonic() + float(sys.argv[2])\n"
-        "while True:\n"
-        "    try:\n"
-        "        urllib.request.urlopen(url, timeout=5)\n"
-        "        break\n"
-        "    except Exception as exc:\n"
-        "        if time.monotonic() > deadline:\n"
-        "            sys.exit(f'{url} did not answer within {sys.argv[2]} s: {exc}')\n"
-        "        print(f'waiting for {url}: {exc}', flush=True)\n"
-        "        time.sleep(5)\n"
-    )
+    script = runtime_file(WAIT_FILE)  # inline (-c): init containers do not mount the ConfigMap
     return {
         "name": f"wait-{service.role}",
         "image": image,
