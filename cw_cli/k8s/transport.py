@@ -1,0 +1,367 @@
+"""A small HTTP(S) client for the API server, on the standard library.
+
+``http.client`` and ``ssl`` load in a fraction of the time of ``urllib3`` and the ``kubernetes``
+package. One :class:`Transport` keeps its connections alive between requests (a few, so threads
+can share it), sends the credentials of a :class:`~cw_cli.k8s.kubeconfig.Credentials`, and
+re-runs an exec plugin once when the API server answers 401.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import ssl
+import tempfile
+import threading
+from typing import Any, Callable, Iterator
+from urllib.parse import unquote, urlencode, urlsplit
+
+from cw_cli.k8s.kubeconfig import Credentials, KubeconfigError, expired, refresh
+
+#: Methods safe to send again when a kept-alive connection turns out to be closed.
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+#: Idle connections kept for reuse; more threads than this open and close their own.
+MAX_IDLE = 8
+DEFAULT_TIMEOUT: tuple[float, float | None] = (10.0, 30.0)
+
+
+class TransportError(OSError):
+    """The HTTP exchange failed (a broken or garbled answer); an OSError like a socket error."""
+
+
+def ssl_context(credentials: Credentials) -> ssl.SSLContext:
+    """A TLS client context that trusts the credentials' CA and presents their client certificate.
+
+    Raises:
+        KubeconfigError: The CA or the client certificate and key are not usable PEM.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_alpn_protocols(["http/1.1"])
+    if credentials.insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif credentials.ca_data:
+        try:
+            context.load_verify_locations(cadata=credentials.ca_data.decode("latin-1"))
+        except (ssl.SSLError, ValueError) as exc:
+            raise KubeconfigError(f"the certificate authority data is not a PEM certificate ({exc})") from None
+    else:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    if credentials.client_cert and credentials.client_key:
+        _load_client_cert(context, credentials.client_cert, credentials.client_key)
+    return context
+
+
+def _load_client_cert(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
+    """``load_cert_chain`` reads only files: one private (0600) temp file, removed at once."""
+    fd, path = tempfile.mkstemp(prefix="cw-client-", suffix=".pem")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(cert.rstrip(b"\n") + b"\n" + key)
+        # A callable password: an encrypted key fails instead of prompting on the terminal.
+        context.load_cert_chain(path, password=_no_password)
+    except (ssl.SSLError, ValueError) as exc:
+        raise KubeconfigError(f"the client certificate or key is not usable ({exc})") from None
+    finally:
+        os.unlink(path)
+
+
+def _no_password() -> bytes:
+    raise ValueError("the client key is encrypted")
+
+
+class _Connection(http.client.HTTPConnection):
+    """One TCP (and TLS) connection; the connect timeout covers the TLS handshake too."""
+
+    def __init__(self, host: str, port: int, timeout: float, tls: ssl.SSLContext | None, server_hostname: str) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self._tls = tls
+        self._server_hostname = server_hostname
+
+    def connect(self) -> None:
+        super().connect()  # TCP, and the proxy's CONNECT tunnel when set_tunnel was called
+        if self._tls is not None:
+            self.sock = self._tls.wrap_socket(self.sock, server_hostname=self._server_hostname)
+
+
+class Response:
+    """An answer of the API server.
+
+    Attributes:
+        status: The HTTP status code.
+        headers: The response headers.
+    """
+
+    def __init__(self, status: int, headers: Any, data: bytes | None = None, stream: Callable[[int], bytes] | None = None,
+                 close: Callable[[], None] | None = None) -> None:  # fmt: skip
+        self.status = status
+        self.headers = headers
+        self._data = data
+        self._read1 = stream
+        self._close = close
+
+    def read(self) -> bytes:
+        """The whole body (read now for a streamed response)."""
+        if self._data is None:
+            self._data = b"".join(self.stream())
+        return self._data
+
+    @property
+    def data(self) -> bytes:
+        """The whole body, like urllib3's ``data``."""
+        return self.read()
+
+    def stream(self, amount: int = 65536) -> Iterator[bytes]:
+        """Yield the body as it arrives; closes the response at the end.
+
+        Raises:
+            OSError: The connection broke or stayed silent past the read timeout.
+        """
+        if self._read1 is None:
+            if self._data:
+                yield self._data
+            return
+        try:
+            while True:
+                try:
+                    chunk = self._read1(amount)
+                except http.client.HTTPException as exc:
+                    raise TransportError(f"the answer broke off: {exc!r}") from None
+                if not chunk:
+                    break
+                yield chunk
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release the connection (to reuse when the body was read whole, else closed)."""
+        close, self._close, self._read1 = self._close, None, None
+        if close is not None:
+            close()
+
+    def __enter__(self) -> Response:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+
+class Transport:
+    """Requests to one API server with one set of credentials, over kept-alive connections.
+
+    Args:
+        credentials: The server and how to authenticate.
+        authorization: Returns the Authorization header for each request, instead of the
+            credentials' token or basic auth (the official client's refresh hooks use this).
+        proxy_headers: Headers for the proxy's CONNECT request.
+
+    Raises:
+        KubeconfigError: The TLS material is not usable, or the proxy is not an http:// one.
+    """
+
+    def __init__(self, credentials: Credentials, authorization: Callable[[], str | None] | None = None,
+                 proxy_headers: dict[str, str] | None = None) -> None:  # fmt: skip
+        url = urlsplit(credentials.server)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise KubeconfigError(f"server {credentials.server!r} is not an http(s) URL")
+        self.server = credentials.server
+        self._https = url.scheme == "https"
+        self._host = url.hostname
+        self._port = url.port or (443 if self._https else 80)
+        self._base_path = url.path.rstrip("/")
+        self._credentials = credentials
+        self._authorization = authorization
+        self._proxy = _proxy(credentials.proxy, proxy_headers) if credentials.proxy else None
+        self._tls = ssl_context(credentials) if self._https else None
+        self._idle: list[_Connection] = []
+        self._lock = threading.Lock()
+        from cw_cli import __version__
+
+        self._user_agent = f"cw/{__version__}"
+
+    @classmethod
+    def from_configuration(cls, configuration: Any) -> Transport:
+        """A transport with the settings of the official client's ``Configuration``.
+
+        The official kubeconfig loader fills it (the fallback for what :mod:`~cw_cli.k8s.kubeconfig`
+        does not handle); its ``refresh_api_key_hook`` still runs before each request.
+        """
+
+        def read(path: str | None) -> bytes | None:
+            if not path:
+                return None
+            with open(path, "rb") as handle:
+                return handle.read()
+
+        credentials = Credentials(
+            server=str(configuration.host).rstrip("/"),
+            ca_data=read(configuration.ssl_ca_cert),
+            insecure=not configuration.verify_ssl,
+            tls_server_name=getattr(configuration, "tls_server_name", None) or None,
+            client_cert=read(configuration.cert_file),
+            client_key=read(configuration.key_file),
+            proxy=configuration.proxy or None,
+        )
+        api_key = configuration.api_key or {}
+
+        def authorization() -> str | None:
+            if "BearerToken" not in api_key and "authorization" not in api_key:
+                return None
+            try:  # runs the official loader's refresh hook (an expired exec or OIDC token)
+                return configuration.get_api_key_with_prefix("BearerToken", alias="authorization")
+            except Exception as exc:  # noqa: BLE001 - its ConfigException, or whatever a provider raises
+                raise KubeconfigError(f"cannot renew the credentials: {exc}") from None
+
+        return cls(credentials, authorization, dict(getattr(configuration, "proxy_headers", None) or {}))
+
+    @property
+    def credentials(self) -> Credentials:
+        """The credentials in use (an exec plugin's refreshed ones after a 401)."""
+        return self._credentials
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, Any]] | dict[str, Any] | None = None,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: tuple[float, float | None] | None = None,
+        stream: bool = False,
+    ) -> Response:
+        """Send one request and return its answer, whatever the status.
+
+        Args:
+            method: HTTP method.
+            path: URL path (the server URL's own path is put in front).
+            query: Query parameters.
+            body: The encoded body.
+            headers: Extra headers.
+            timeout: (connect, read) seconds; the read one bounds each wait for data (None: no bound).
+            stream: Return before reading the body; the response holds its connection until
+                :meth:`Response.close` or the end of :meth:`Response.stream`.
+
+        Raises:
+            OSError: The server could not be reached or the answer broke off.
+            KubeconfigError: An expired exec credential could not be renewed.
+        """
+        target = self._base_path + path + (f"?{urlencode(query)}" if query else "")
+        credentials = self._credentials
+        if expired(credentials):
+            credentials = self._refresh(credentials)
+        response = self._send(method, target, body, headers, timeout or DEFAULT_TIMEOUT, stream, credentials)
+        if response.status == 401 and credentials.exec_plugin is not None:
+            try:
+                fresh = self._refresh(credentials)
+            except KubeconfigError:
+                return response  # as kubectl: the 401 stands
+            response.close()
+            response = self._send(method, target, body, headers, timeout or DEFAULT_TIMEOUT, stream, fresh)
+        return response
+
+    def close(self) -> None:
+        """Close the idle connections."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+    def _refresh(self, used: Credentials) -> Credentials:
+        """Run the exec plugin again, unless another thread did since ``used`` was taken."""
+        with self._lock:
+            if self._credentials is not used:
+                return self._credentials
+            fresh = refresh(used)
+            if (fresh.client_cert, fresh.client_key) != (used.client_cert, used.client_key):
+                self._tls = ssl_context(fresh)
+                idle, self._idle = self._idle, []  # they present the old certificate
+                for connection in idle:
+                    connection.close()
+            self._credentials = fresh
+            return fresh
+
+    def _headers(self, credentials: Credentials, extra: dict[str, str] | None) -> dict[str, str]:
+        headers = {"User-Agent": self._user_agent}
+        authorization = self._authorization() if self._authorization else credentials.authorization
+        if authorization:
+            headers["Authorization"] = authorization
+        headers.update(extra or {})
+        return headers
+
+    def _send(self, method: str, target: str, body: bytes | None, extra: dict[str, str] | None,
+              timeout: tuple[float, float | None], stream: bool, credentials: Credentials) -> Response:  # fmt: skip
+        headers = self._headers(credentials, extra)
+        connection, reused = self._acquire(timeout[0])
+        try:
+            try:
+                answer = self._exchange(connection, method, target, body, headers, timeout)
+            except (ConnectionError, http.client.BadStatusLine, ssl.SSLEOFError):
+                connection.close()
+                if not reused or method not in IDEMPOTENT:
+                    raise
+                # The server closed the kept-alive connection meanwhile: once more on a new one.
+                connection = self._new_connection(timeout[0])
+                answer = self._exchange(connection, method, target, body, headers, timeout)
+            if stream:
+                return Response(answer.status, answer.msg, stream=answer.read1, close=lambda: self._finish(connection, answer))
+            data = answer.read()
+        except http.client.HTTPException as exc:
+            connection.close()
+            raise TransportError(f"bad answer from {self.server}: {exc!r}") from None
+        except BaseException:
+            connection.close()
+            raise
+        self._finish(connection, answer)
+        return Response(answer.status, answer.msg, data=data)
+
+    def _exchange(self, connection: _Connection, method: str, target: str, body: bytes | None,
+                  headers: dict[str, str], timeout: tuple[float, float | None]) -> http.client.HTTPResponse:  # fmt: skip
+        if connection.sock is None:
+            connection.timeout = timeout[0]
+            connection.connect()
+        connection.sock.settimeout(timeout[1])
+        connection.request(method, target, body=body, headers=headers)
+        return connection.getresponse()
+
+    def _acquire(self, connect_timeout: float) -> tuple[_Connection, bool]:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop(), True
+        return self._new_connection(connect_timeout), False
+
+    def _new_connection(self, connect_timeout: float) -> _Connection:
+        server_hostname = self._credentials.tls_server_name or self._host
+        if self._proxy is None:
+            return _Connection(self._host, self._port, connect_timeout, self._tls, server_hostname)
+        host, port, headers = self._proxy
+        connection = _Connection(host, port, connect_timeout, self._tls, server_hostname)
+        connection.set_tunnel(self._host, self._port, headers=headers)
+        return connection
+
+    def _finish(self, connection: _Connection, answer: http.client.HTTPResponse) -> None:
+        """Keep the connection for the next request if its answer was read whole."""
+        whole = answer.isclosed() or (not answer.chunked and answer.length == 0)
+        if whole and not answer.will_close and connection.sock is not None:
+            answer.close()  # http.client sends nothing more on a connection with an open answer
+            with self._lock:
+                if len(self._idle) < MAX_IDLE:
+                    self._idle.append(connection)
+                    return
+        connection.close()
+
+
+def _proxy(url: str, headers: dict[str, str] | None) -> tuple[str, int, dict[str, str]]:
+    """(host, port, CONNECT headers) of an http:// proxy URL."""
+    import base64
+
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise KubeconfigError(f"proxy {url!r}: cw connects through http:// proxies only")
+    connect_headers = dict(headers or {})
+    if parts.username is not None:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        connect_headers.setdefault("Proxy-Authorization", "Basic " + base64.b64encode(pair).decode("ascii"))
+    return parts.hostname, parts.port or 80, connect_headers
+
