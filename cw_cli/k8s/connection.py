@@ -1,7 +1,9 @@
 """Connecting to the API server the way kubectl does: $KUBECONFIG, current context, --context.
 
-The ``kubernetes`` package is imported here, inside functions, so ``cw --help`` and dry runs
-never load it.
+Requests go through :mod:`cw_cli.k8s.transport` (``http.client`` and ``ssl``, imported by
+:func:`connect`), so ``cw --help`` and dry runs load no network code at all, and a command that
+talks to the cluster never loads the ``kubernetes`` package or ``urllib3``, unless the kubeconfig
+needs the official client (see :func:`connect`).
 """
 
 from __future__ import annotations
@@ -9,9 +11,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from cw_cli.errors import ClusterUnreachable, ConfigError, Conflict, CwError, Forbidden, NotFound, Rejected
+
+if TYPE_CHECKING:  # http.client and ssl load only when connect() needs them
+    from cw_cli.k8s.transport import Response, Transport
 
 #: kind -> (API path prefix, plural, namespaced)
 RESOURCES: dict[str, tuple[str, str, bool]] = {
@@ -37,8 +42,10 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "Node": ("/api/v1", "nodes", False),
 }
 FIELD_MANAGER = "cw"
+#: Accept header for metadata-only lists (PartialObjectMetadataList), JSON as the fallback.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 #: Seconds one request may take: to connect, and to read the answer. One attempt, no silent
-#: retries (urllib3 would otherwise try a GET 4 times: 2 minutes against a frozen server).
+#: retries (only a kept-alive connection the server closed meanwhile is opened again, once).
 #: CW_REQUEST_TIMEOUT overrides the read part, e.g. for a slow link.
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 30.0
@@ -88,21 +95,25 @@ def error_for_status(status: int, body: bytes | str | None, what: str) -> CwErro
 
 
 class Kube:
-    """A small dict-in, dict-out client over the official one, bound to a namespace.
+    """A small dict-in, dict-out client for the API server, bound to a namespace.
 
     Args:
-        api_client: A configured ``kubernetes.client.ApiClient``.
+        transport: The HTTP client for the API server (:class:`~cw_cli.k8s.transport.Transport`).
         namespace: The namespace used for namespaced kinds.
     """
 
-    def __init__(self, api_client: Any, namespace: str) -> None:
-        self.api_client = api_client
+    def __init__(self, transport: Transport, namespace: str) -> None:
+        self.transport = transport
         self.namespace = namespace
 
     @property
     def host(self) -> str:
         """The API server's URL."""
-        return str(self.api_client.configuration.host)
+        return str(self.transport.server)
+
+    def close(self) -> None:
+        """Close the kept-alive connections."""
+        self.transport.close()
 
     def path(self, kind: str, name: str | None = None, namespaced: bool | None = None) -> str:
         """URL path of a kind (collection) or of one object."""
@@ -120,50 +131,64 @@ class Kube:
         body: Any = None,
         query: dict[str, Any] | None = None,
         content_type: str | None = None,
-        timeout: float | tuple[float, float] | None = None,
+        accept: str = "application/json",
+        timeout: float | tuple[float, float | None] | None = None,
+        stream: bool = False,
         what: str = "",
-    ) -> Any:
-        """Send one request; return the urllib3 response (body not read) on success.
+    ) -> Response:
+        """Send one request; return the response on success (``.status``, ``.read()``, ``.stream()``).
 
         Args:
             method: HTTP method.
             path: URL path.
             body: JSON body.
             query: Query parameters (None values are left out).
-            content_type: Content-Type of the body.
-            timeout: (connect, read) seconds; default :func:`request_timeout`.
+            content_type: Content-Type of the body (JSON by default).
+            accept: The Accept header.
+            timeout: (connect, read) seconds, or one number for both; default :func:`request_timeout`.
+            stream: Return before the body is read; the caller reads or closes the response.
             what: What is being done, for error messages.
 
         Raises:
             ClusterUnreachable: No answer from the API server.
             CwError: The matching error for an HTTP error status.
         """
-        import urllib3
+        from cw_cli.k8s.kubeconfig import KubeconfigError
 
         timeout = timeout if timeout is not None else request_timeout()
-        headers = {"Accept": "application/json"}
-        if content_type:
-            headers["Content-Type"] = content_type
+        if not isinstance(timeout, tuple):
+            timeout = (float(timeout), float(timeout))
+        headers = {"Accept": accept}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = content_type or "application/json"
         params = [(key, value) for key, value in (query or {}).items() if value is not None]
         try:
-            method_, url, headers_, body_, _ = self.api_client.param_serialize(
-                method, path, query_params=params, header_params=headers, body=body, auth_settings=["BearerToken"]
-            )
-            response = self.api_client.call_api(method_, url, header_params=headers_, body=body_, _request_timeout=timeout)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            response = self.transport.request(method, path, query=params, body=data, headers=headers, timeout=timeout, stream=stream)
+        except OSError as exc:
             raise ClusterUnreachable(
                 f"cannot reach the API server at {self.host}",
                 hint="is the cluster up? check `kubectl cluster-info`, the context and your network",
                 detail=str(exc),
             ) from None
+        except KubeconfigError as exc:  # an expired exec credential that could not be renewed
+            raise ClusterUnreachable(f"no usable credentials ({exc})", hint=exc.hint or "check the kubeconfig's user") from None
         if not 200 <= response.status <= 299:
-            raise error_for_status(response.status, response.read(), what or f"{method} {path}")
+            try:
+                error_body = response.read()
+            except OSError:
+                error_body = b""
+            raise error_for_status(response.status, error_body, what or f"{method} {path}")
         return response
 
     def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         """Send one request and return the JSON body."""
         response = self.raw(method, path, **kwargs)
-        data = response.read()
+        try:
+            data = response.read()
+        except OSError as exc:
+            raise ClusterUnreachable(f"the API server at {self.host} stopped answering", detail=str(exc)) from None
         return json.loads(data) if data else {}
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
@@ -189,6 +214,24 @@ class Kube:
             "GET",
             self.path(kind, namespaced=False if all_namespaces else None),
             query={"labelSelector": label_selector, "fieldSelector": field_selector},
+            what=f"list {RESOURCES[kind][1]}",
+        )
+        return list(data.get("items") or [])
+
+    def list_metadata(
+        self, kind: str, label_selector: str | None = None, field_selector: str | None = None, all_namespaces: bool = False
+    ) -> list[dict[str, Any]]:
+        """Like :meth:`list`, but only each object's ``metadata`` (a PartialObjectMetadataList).
+
+        Much less to send and parse than whole objects (pods carry their spec and status) when
+        names, labels, annotations or owners are all that is needed. Each item has ``kind``
+        PartialObjectMetadata, ``apiVersion`` meta.k8s.io/v1 and ``metadata``.
+        """
+        data = self.request(
+            "GET",
+            self.path(kind, namespaced=False if all_namespaces else None),
+            query={"labelSelector": label_selector, "fieldSelector": field_selector},
+            accept=METADATA_ONLY,
             what=f"list {RESOURCES[kind][1]}",
         )
         return list(data.get("items") or [])
@@ -264,21 +307,19 @@ class Kube:
             idle_timeout: End the stream quietly after this many seconds without data, so the
                 caller can check whether to go on (None waits forever).
         """
-        import urllib3
-
-        response = self.raw("GET", path, query=query, timeout=(10, idle_timeout) if idle_timeout else None, what=what)
-        raw = response.response
+        timeout = (CONNECT_TIMEOUT_S, idle_timeout) if idle_timeout else None
+        response = self.raw("GET", path, query=query, timeout=timeout, stream=True, what=what)
         buffer = b""
         try:
-            for chunk in raw.stream(4096, decode_content=True):
+            for chunk in response.stream():
                 buffer += chunk
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
                     yield line.decode(errors="replace")
-        except (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError):
+        except OSError:
             pass  # idle or dropped: the caller decides whether to reconnect
         finally:
-            raw.release_conn()
+            response.close()
         if buffer:
             yield buffer.decode(errors="replace")
 
@@ -298,16 +339,52 @@ def request_timeout() -> tuple[float, float]:
 def connect(target: ClusterTarget) -> Kube:
     """Load the kubeconfig (the target's, else ``$KUBECONFIG``, else ``~/.kube/config``) and bind to a namespace.
 
-    ``$KUBECONFIG`` is read at each call (the kubernetes package reads it once, at import), so a
-    program that sets it later still gets the cluster it names.
+    The kubeconfig is read by :mod:`cw_cli.k8s.kubeconfig` with kubectl's rules; only what it
+    does not support (``auth-provider``, ``proxy-url``, impersonation, ...) goes through the
+    official ``kubernetes`` client's loader. Either way, requests go through
+    :class:`~cw_cli.k8s.transport.Transport`. ``$KUBECONFIG`` is read at each call, so a program
+    that sets it later still gets the cluster it names.
 
     Raises:
         ClusterUnreachable: No kubeconfig, or the context does not exist.
     """
+    from cw_cli.k8s import kubeconfig as kc
+    from cw_cli.k8s.transport import Transport
+
+    try:
+        credentials = kc.load(target.kubeconfig, target.context)
+        kube_namespace = credentials.namespace
+        transport = Transport(credentials)
+    except kc.Unsupported:
+        transport, kube_namespace = _connect_with_official_client(target)
+    except kc.UnknownContext as exc:
+        raise ClusterUnreachable(str(exc), hint=f"contexts: {', '.join(exc.known) or 'none'}") from None
+    except kc.KubeconfigError as exc:
+        raise ClusterUnreachable(
+            f"no usable kubeconfig ({exc})", hint=exc.hint or "set KUBECONFIG or run `cw cluster up` for a local test cluster"
+        ) from None
+    except OSError as exc:
+        raise ClusterUnreachable(f"cannot read the kubeconfig: {exc}", hint="set KUBECONFIG to a readable file") from None
+    namespace = target.namespace or kube_namespace or "default"
+    if not _NAMESPACE.match(namespace):  # it becomes part of every URL path
+        raise ConfigError([f"namespace {namespace!r} is not a valid namespace name"], hint="use lower-case letters, digits and '-'")
+    return Kube(transport, namespace)
+
+
+def _connect_with_official_client(target: ClusterTarget) -> tuple[Transport, str | None]:
+    """The fallback: the official client loads the kubeconfig; our transport sends the requests.
+
+    Returns:
+        The transport and the context's namespace (or None).
+    """
+    import os
+
+    from kubernetes import client as kube_client
     from kubernetes import config as kube_config
     from kubernetes.config.config_exception import ConfigException
 
-    import os
+    from cw_cli.k8s.kubeconfig import KubeconfigError
+    from cw_cli.k8s.transport import Transport
 
     config_file = target.kubeconfig or os.environ.get("KUBECONFIG") or None
     try:
@@ -318,23 +395,16 @@ def connect(target: ClusterTarget) -> Kube:
             if chosen is None:
                 known = ", ".join(c["name"] for c in contexts) or "none"
                 raise ClusterUnreachable(f"no context {target.context!r} in the kubeconfig", hint=f"contexts: {known}")
-        from kubernetes import client as kube_client
-
         configuration = kube_client.Configuration()
         kube_config.load_kube_config(
             config_file=config_file, context=chosen["name"] if chosen else None, client_configuration=configuration
         )
-        # Before the client exists: its connection pool reads this once, when it is built.
-        configuration.retries = False
-        api_client = kube_client.ApiClient(configuration)
-    except ConfigException as exc:
+        transport = Transport.from_configuration(configuration)
+    except (ConfigException, KubeconfigError) as exc:
         raise ClusterUnreachable(
             f"no usable kubeconfig ({exc})",
             hint="set KUBECONFIG or run `cw cluster up` for a local test cluster",
         ) from None
     except OSError as exc:
         raise ClusterUnreachable(f"cannot read the kubeconfig: {exc}", hint="set KUBECONFIG to a readable file") from None
-    namespace = target.namespace or ((chosen or {}).get("context") or {}).get("namespace") or "default"
-    if not _NAMESPACE.match(namespace):  # it becomes part of every URL path
-        raise ConfigError([f"namespace {namespace!r} is not a valid namespace name"], hint="use lower-case letters, digits and '-'")
-    return Kube(api_client, namespace)
+    return transport, ((chosen or {}).get("context") or {}).get("namespace")
