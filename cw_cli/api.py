@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # the kubernetes-backed modules load only when a call needs t
     from cw_cli.frameworks.registry import FrameworkRegistry
     from cw_cli.k8s.connection import Kube
     from cw_cli.k8s.inspect import RunView
-    from cw_cli.k8s.launch import LaunchResult
+    from cw_cli.k8s.submit import LaunchResult
     from cw_cli.render.plan import Plan, RunRequest
     from cw_cli.config.yaml_source import YamlSource
 
@@ -400,7 +400,7 @@ class Run:
 
     def wait_for_servers(self, timeout: float | None = None, progress: Progress = _quiet) -> None:
         """Block until the run's servers are Ready (a ``--services`` run)."""
-        from cw_cli.k8s.launch import wait_for_deployments
+        from cw_cli.k8s.submit import wait_for_deployments
         from cw_cli.labels import SERVER_ROLES
         from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S
 
@@ -486,7 +486,7 @@ class Session:
         server_dry_run: bool = False,
         progress: Progress = _quiet,
     ) -> Run:
-        """Create a planned run on the cluster, all or nothing (see :func:`cw_cli.k8s.launch.launch`).
+        """Create a planned run on the cluster, all or nothing (see :func:`cw_cli.k8s.submit.launch`).
 
         A plan made offline is made again with the cluster's facts first (it may become a
         JobSet where the cluster serves JobSet).
@@ -497,7 +497,7 @@ class Session:
             Interrupted: Ctrl-C or a termination signal; what was created is removed.
             CwError: Any other failure, after removing what was created.
         """
-        from cw_cli.k8s.launch import launch
+        from cw_cli.k8s.submit import launch
 
         if not planned.cluster_facts and may_be_gang(planned.request.config.cluster):
             from dataclasses import replace

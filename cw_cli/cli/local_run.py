@@ -19,7 +19,7 @@ def run_locally(plan: Plan, checkpoint_dir: Path | None = None) -> int:
         The trainer's exit code.
     """
     from cw_cli.errors import ConfigError
-    from cw_cli.local.runner import LocalRunError, LocalRunner
+    from cw_cli.localrun.runner import LocalRunError, LocalRunner
 
     if plan.service_deployments:
         err().print("note: services are not started with --local; the trainer must not need them")

@@ -104,7 +104,7 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
             click.echo(DRY_RUN_HEADER + planned.to_yaml(), nl=False)
             return
         if local:
-            from cw_cli.cli.local import run_locally
+            from cw_cli.cli.local_run import run_locally
 
             raise click.exceptions.Exit(run_locally(planned.plan))
         assert session is not None

@@ -9,7 +9,7 @@ from typing import Any
 
 from cw_cli import __version__
 from cw_cli.frameworks.base import CONFIG_FILE, BaseTrainingFramework, RunContext, ServiceDef, TrainingType
-from cw_cli.frameworks.launch import accelerate_args, total_processes
+from cw_cli.frameworks.distributed import accelerate_args, total_processes
 from cw_cli.frameworks.plugin import SimplePlugin
 from cw_cli.frameworks.servers import server_sizing
 from cw_cli.frameworks.tracking import Tracking

@@ -11,8 +11,8 @@ RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 #: ConfigMap key -> file in cw_cli/runtime/. Keys are import names in the pod (PYTHONPATH=/etc/cw).
 REWARD_SERVER_FILE = "cw_reward_server.py"
 REWARD_CLIENT_FILE = "cw_reward.py"
-LAUNCHER_FILE = "cw_launch.py"  # resumes from the newest checkpoint in output_dir, then execs the trainer
-IDENTITY_ENV = "CW_RUN_IDENTITY"  # framework/type/model/config hash of the run, read by cw_launch.py
+ENTRYPOINT_FILE = "cw_entrypoint.py"  # resumes from the newest checkpoint in output_dir, then execs the trainer
+IDENTITY_ENV = "CW_RUN_IDENTITY"  # framework/type/model/config hash of the run, read by cw_entrypoint.py
 RESUME_CHANGED_ENV = "CW_RESUME_CHANGED_CONFIG"  # --resume: continue a folder's checkpoints under a new config
 PIP_FILE = "cw_pip.py"  # pip-installs the run's requirements, then execs the command
 KEEPER_FILE = "cw_keeper.py"  # beside each server: scales it to zero once the trainer has finished
@@ -21,7 +21,7 @@ _SOURCES = {
     KEEPER_FILE: "cw_keeper.py",
     REWARD_SERVER_FILE: "reward_server.py",
     REWARD_CLIENT_FILE: "cw_reward.py",
-    LAUNCHER_FILE: "cw_launch.py",
+    ENTRYPOINT_FILE: "cw_entrypoint.py",
     PIP_FILE: "cw_pip.py",
     WAIT_FILE: "cw_wait.py",
 }
@@ -37,7 +37,7 @@ def runtime_file(config_key: str) -> str:
 
 
 def with_launcher(command: list[str], *, resume: bool, setup: list[list[str]] | None = None) -> list[str]:
-    """The trainer's ``command`` run through ``cw_launch.py``, which claims the run's folder, runs
+    """The trainer's ``command`` run through ``cw_entrypoint.py``, which claims the run's folder, runs
     the ``setup`` commands and, with ``resume``, adds ``--resume_from_checkpoint`` for the newest
     checkpoint in ``output_dir``."""
     import json
@@ -45,7 +45,7 @@ def with_launcher(command: list[str], *, resume: bool, setup: list[list[str]] | 
     options = [] if resume else ["--no-resume"]
     for step in setup or []:
         options += ["--setup", json.dumps(step)]
-    return ["python3", f"{CONFIG_MOUNT}/{LAUNCHER_FILE}", *options, "--", *command]
+    return ["python3", f"{CONFIG_MOUNT}/{ENTRYPOINT_FILE}", *options, "--", *command]
 
 
 def with_requirements(command: list[str], requirements: list[str]) -> list[str]:

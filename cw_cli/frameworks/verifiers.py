@@ -24,7 +24,7 @@ from cw_cli.frameworks.base import (
     ServiceDef,
     TrainingType,
 )
-from cw_cli.frameworks.launch import accelerate_args, total_processes
+from cw_cli.frameworks.distributed import accelerate_args, total_processes
 from cw_cli.frameworks.plugin import SimplePlugin
 from cw_cli.frameworks.runtime_files import user_file
 from cw_cli.frameworks.servers import server_sizing

@@ -27,13 +27,13 @@ from cw_cli.frameworks.base import (
     ServiceDef,
     TrainingType,
 )
-from cw_cli.frameworks.launch import MASTER_ADDR_ENV, MASTER_PORT, MASTER_PORT_ENV, NODE_RANK_ENV, NUM_NODES_ENV
+from cw_cli.frameworks.distributed import MASTER_ADDR_ENV, MASTER_PORT, MASTER_PORT_ENV, NODE_RANK_ENV, NUM_NODES_ENV
 from cw_cli.frameworks.registry import LoadedFramework
 from cw_cli.frameworks.runtime_files import (
     IDENTITY_ENV,
     RESUME_CHANGED_ENV,
     KEEPER_FILE,
-    LAUNCHER_FILE,
+    ENTRYPOINT_FILE,
     PIP_FILE,
     WAIT_FILE,
     runtime_file,
@@ -458,7 +458,7 @@ def build_plan(request: RunRequest) -> Plan:
     if requirements:
         framework_files[PIP_FILE] = runtime_file(PIP_FILE)
     if not request.services_only:
-        framework_files[LAUNCHER_FILE] = runtime_file(LAUNCHER_FILE)
+        framework_files[ENTRYPOINT_FILE] = runtime_file(ENTRYPOINT_FILE)
     if services and not use_jobset:  # a JobSet stops its servers itself
         framework_files[KEEPER_FILE] = runtime_file(KEEPER_FILE)
     taken = sorted({f.key for f in user_shipped} & ({framework.config_file_name} | set(framework_files)))
@@ -528,7 +528,7 @@ def build_plan(request: RunRequest) -> Plan:
             "type": request.training_type.value,
             # As the user wrote it: a shipped path is rewritten, the model it names is the same.
             "model": str(request.config.native.get(framework.model_key, "")),
-            # What the pods are given; cw_launch refuses to resume under another one without --resume.
+            # What the pods are given; cw_entrypoint refuses to resume under another one without --resume.
             "config": hashlib.sha256(config_text.encode("utf-8")).hexdigest()[:16],
         }
         resume_env = {RESUME_CHANGED_ENV: "1"} if request.resume_changed_config else {}

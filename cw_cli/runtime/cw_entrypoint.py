@@ -1,11 +1,11 @@
 """cw's trainer entry point: resume from the newest checkpoint, then exec the real command.
 
-Copied verbatim into the run's ConfigMap (key ``cw_launch.py``, mounted at /etc/cw), so it
+Copied verbatim into the run's ConfigMap (key ``cw_entrypoint.py``, mounted at /etc/cw), so it
 must stay a single file with no cw imports. The trainer container runs::
 
-    python /etc/cw/cw_launch.py trl sft --config /etc/cw/config.yaml --num_processes 8 [...]
+    python /etc/cw/cw_entrypoint.py trl sft --config /etc/cw/config.yaml --num_processes 8 [...]
 
-Everything after the script name is the command to run. Before running it, cw_launch reads
+Everything after the script name is the command to run. Before running it, cw_entrypoint reads
 ``output_dir`` (from ``--output_dir`` on the command line, else from the ``--config`` YAML) and,
 if that folder holds a complete ``checkpoint-<step>`` (one with ``trainer_state.json``, which
 Trainer writes last), appends ``--resume_from_checkpoint <that folder>``. TRL's scripts pass

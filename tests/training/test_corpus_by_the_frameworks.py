@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cw_cli.local.runner import configmap_files, map_paths
+from cw_cli.localrun.runner import configmap_files, map_paths
 from training_helpers import OFFLINE_ENV, REPO
 
 sys.path.insert(0, str(REPO / "tests" / "unit"))

@@ -113,7 +113,7 @@ def test_vllm_parses_the_vf_vllm_arguments_cw_renders(verifiers_check):
 def test_accelerate_parses_the_verifiers_trainer_launch(verifiers_check):
     launch_parser = pytest.importorskip("accelerate.commands.launch").launch_command_parser
     trainer = verifiers_check["manifests"][0]["spec"]["template"]["spec"]["containers"][0]["command"]
-    launch = trainer[trainer.index("accelerate") :]  # after cw_pip's and cw_launch's own arguments
+    launch = trainer[trainer.index("accelerate") :]  # after cw_pip's and cw_entrypoint's own arguments
     assert launch[:2] == ["accelerate", "launch"] and trainer[trainer.index("accelerate") - 1] == "--"
     args = launch_parser().parse_args(launch[2:])
     assert args.use_deepspeed and args.zero_stage == 3 and args.num_processes == 4

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cw_cli.local.runner import LocalRunner
+from cw_cli.localrun.runner import LocalRunner
 from cw_cli.metrics.parse import RecordParser, RunMetrics, default_metrics, records_from_log_history
 from cw_cli.metrics.sources import load_path
 

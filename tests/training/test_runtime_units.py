@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cw_cli.local.runner import (
+from cw_cli.localrun.runner import (
     LocalRunError,
     LocalRunner,
     container_env,
@@ -31,14 +31,14 @@ def _load(name: str):
     return module
 
 
-@pytest.mark.parametrize("name", ["cw_launch", "cw_reward", "reward_server"])
+@pytest.mark.parametrize("name", ["cw_entrypoint", "cw_reward", "reward_server"])
 def test_runtime_files_are_standalone(name):
     text = (RUNTIME_DIR / f"{name}.py").read_text()
     assert "cw_cli" not in text.replace("cw_cli/runtime", "")
     _load(name)  # imports with nothing but the stdlib at module level
 
 
-# --------------------------------------------------------------------------- cw_launch
+# --------------------------------------------------------------------------- cw_entrypoint
 
 
 def _checkpoint(root: Path, step: int, complete: bool = True) -> Path:
@@ -49,8 +49,8 @@ def _checkpoint(root: Path, step: int, complete: bool = True) -> Path:
     return path
 
 
-def test_cw_launch_resumes_from_newest_complete_checkpoint(tmp_path):
-    launch = _load("cw_launch")
+def test_cw_entrypoint_resumes_from_newest_complete_checkpoint(tmp_path):
+    launch = _load("cw_entrypoint")
     out = tmp_path / "out"
     config = tmp_path / "config.yaml"
     config.write_text(f"model_name_or_path: m\noutput_dir: {out}\n")
@@ -79,14 +79,14 @@ def test_cw_launch_resumes_from_newest_complete_checkpoint(tmp_path):
     assert launch.build_command(argv + ["--output_dir", str(other)], environ={})[0][-1] == str(cp)
 
 
-def test_cw_launch_dry_run_and_exec(tmp_path, capfd):
-    launch = _load("cw_launch")
+def test_cw_entrypoint_dry_run_and_exec(tmp_path, capfd):
+    launch = _load("cw_entrypoint")
     assert launch.main(["--dry-run", "--", "echo", "hi"]) == 0
     assert json.loads(capfd.readouterr().out.strip()) == ["echo", "hi"]
 
 
-def test_cw_launch_claims_the_run_folder_and_refuses_another_runs(tmp_path, capfd):
-    launch = _load("cw_launch")
+def test_cw_entrypoint_claims_the_run_folder_and_refuses_another_runs(tmp_path, capfd):
+    launch = _load("cw_entrypoint")
     mine = json.dumps({"framework": "trl", "type": "sft", "model": "org/a"})
     assert "claimed" in launch.claim_folder(tmp_path / "run", mine)
     assert json.loads((tmp_path / "run" / ".cw-run.json").read_text())["model"] == "org/a"
@@ -100,8 +100,8 @@ def test_cw_launch_claims_the_run_folder_and_refuses_another_runs(tmp_path, capf
     assert json.loads((tmp_path / "run" / ".cw-run.json").read_text())["model"] == "org/a"
 
 
-def test_cw_launch_resumes_under_a_changed_config_only_when_asked(tmp_path, capfd):
-    launch = _load("cw_launch")
+def test_cw_entrypoint_resumes_under_a_changed_config_only_when_asked(tmp_path, capfd):
+    launch = _load("cw_entrypoint")
     first = json.dumps({"framework": "trl", "type": "sft", "model": "org/a", "config": "aaaa"})
     changed = json.dumps({"framework": "trl", "type": "sft", "model": "org/a", "config": "bbbb"})
     launch.claim_folder(tmp_path / "run", first)
@@ -142,11 +142,11 @@ def test_the_rendered_trainer_carries_its_config_hash_and_resume_choice(tmp_path
 
 
 def launch_identity() -> str:
-    return _load("cw_launch").IDENTITY_ENV
+    return _load("cw_entrypoint").IDENTITY_ENV
 
 
-def test_cw_launch_runs_setup_steps_first_and_stops_on_their_failure(tmp_path, monkeypatch):
-    launch = _load("cw_launch")
+def test_cw_entrypoint_runs_setup_steps_first_and_stops_on_their_failure(tmp_path, monkeypatch):
+    launch = _load("cw_entrypoint")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("CW_RUN_IDENTITY", raising=False)
     marker = tmp_path / "setup-ran"
@@ -163,7 +163,7 @@ def test_cw_launch_runs_setup_steps_first_and_stops_on_their_failure(tmp_path, m
 def test_local_runner_lays_out_configmap_items_and_binary_files(tmp_path):
     import base64
 
-    from cw_cli.local.runner import configmap_files
+    from cw_cli.localrun.runner import configmap_files
 
     config_map = {"data": {"config.yaml": "a: 1\n", "ref0-t.jsonl": "{}\n"},
                   "binaryData": {"ref1-b.bin": base64.b64encode(b"\x00\xff").decode()}}  # fmt: skip

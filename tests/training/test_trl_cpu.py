@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cw_cli.local.runner import LocalRunner
+from cw_cli.localrun.runner import LocalRunner
 
 from training_helpers import CONFIGS_DIR, OFFLINE_ENV, RewardServerProcess
 
@@ -92,7 +92,7 @@ def test_trl_sft_trains_then_resumes(render_plan, with_launcher, tiny_model, sft
     overrides = {"max_length": 64}
 
     _, log, first = run_trainer(manifests, checkpoints, tmp_path / "run1", overrides)
-    assert "no checkpoint in" in log  # cw_launch looked, found nothing, started fresh
+    assert "no checkpoint in" in log  # cw_entrypoint looked, found nothing, started fresh
     state = assert_trained(output_dir, 2)
     assert len(losses(state)) == 2
 
@@ -255,7 +255,7 @@ def test_trl_reports_to_wandb_under_the_cw_run_name_and_a_relaunch_resumes_it(
     run_trainer(manifests, checkpoints, tmp_path / "run1", {"max_length": 64, "report_to": "wandb"}, offline)
     runs = sorted((wandb_dir / "wandb").glob("offline-run-*"))
     assert [run.name.rsplit("-", 2)[-2:] for run in runs] == [["t", "wandb"]], runs  # id = the run name
-    # A relaunch of the same run (cw_launch resumes its checkpoint) logs to the same W&B run id.
+    # A relaunch of the same run (cw_entrypoint resumes its checkpoint) logs to the same W&B run id.
     run_trainer(manifests, checkpoints, tmp_path / "run2", {"max_length": 64, "report_to": "wandb", "max_steps": 4}, offline)
     runs = sorted((wandb_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(run.name.endswith("-t-wandb") for run in runs), runs

@@ -28,7 +28,7 @@ OFFLINE_ENV = {
     "OMP_NUM_THREADS": "1",
     "CUDA_VISIBLE_DEVICES": "",
 }
-LAUNCHER_KEY = "cw_launch.py"
+LAUNCHER_KEY = "cw_entrypoint.py"
 
 
 # --------------------------------------------------------------------------- processes
@@ -96,10 +96,10 @@ class RewardServerProcess:
 
 
 def ensure_launcher(manifests: list[dict]) -> tuple[list[dict], bool]:
-    """Make the trainer run through cw_launch.py (the resume wrapper).
+    """Make the trainer run through cw_entrypoint.py (the resume wrapper).
 
     Returns the manifests and whether the renderer already did it. Until the renderer adopts
-    ``python /etc/cw/cw_launch.py <command>`` and ships ``cw_launch.py`` in the ConfigMap, the
+    ``python /etc/cw/cw_entrypoint.py <command>`` and ships ``cw_entrypoint.py`` in the ConfigMap, the
     tests add both here, exactly as the renderer should."""
     import copy
 
@@ -109,7 +109,7 @@ def ensure_launcher(manifests: list[dict]) -> tuple[list[dict], bool]:
         for c in m["spec"]["template"]["spec"]["containers"] if c["name"] == "trainer"
     )
     command = list(container.get("command") or []) + list(container.get("args") or [])
-    adopted = any(part.endswith(LAUNCHER_KEY) or part == "cw_launch" for part in command[:3])
+    adopted = any(part.endswith(LAUNCHER_KEY) or part == "cw_entrypoint" for part in command[:3])
     if not adopted:
         container["command"] = ["python", f"/etc/cw/{LAUNCHER_KEY}", *command]
         container.pop("args", None)

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from cw_cli.errors import ClusterUnreachable, Conflict
-from cw_cli.k8s.launch import CreatedObject, remove_objects
+from cw_cli.k8s.submit import CreatedObject, remove_objects
 
 
 class _RecordingKube:

@@ -89,7 +89,7 @@ def test_the_trainer_carries_its_run_identity_for_the_launcher(tmp_path):
     config_hash = identity.pop("config")
     assert identity == {"framework": "axolotl", "type": "sft", "model": "org/m"}
     assert len(config_hash) == 16 and int(config_hash, 16) >= 0  # a hash of the mounted config
-    assert trainer["command"][:4] == ["python3", "/etc/cw/cw_launch.py", "--no-resume", "--"]
+    assert trainer["command"][:4] == ["python3", "/etc/cw/cw_entrypoint.py", "--no-resume", "--"]
 
 
 def test_data_volumes_are_read_only_by_default_on_every_pod_and_the_hf_cache_is_shared(tmp_path):
@@ -143,7 +143,7 @@ def test_a_referenced_folder_ships_with_its_layout_and_binary_files_as_binary_da
     config_map = obj(plan, "ConfigMap", f"{RUN}-config")
     volume = next(v for v in pod_spec(plan.manifests[0])["volumes"] if v["name"] == "config")
     paths = {item["path"]: item["key"] for item in volume["configMap"]["items"]}
-    assert {"config.yaml", "cw_launch.py", "files/data/train/part.jsonl", "files/data/blob.parquet"} == set(paths)
+    assert {"config.yaml", "cw_entrypoint.py", "files/data/train/part.jsonl", "files/data/blob.parquet"} == set(paths)
     assert config_map["data"][paths["files/data/train/part.jsonl"]] == '{"text": "a"}\n'
     assert base64.b64decode(config_map["binaryData"][paths["files/data/blob.parquet"]]) == b"PAR1\x00\xff\xfe"
     assert any("`dataset_name`: ships data" in n for n in plan.notices)

@@ -22,7 +22,7 @@ def test_pip_requirements_wrap_the_trainer_and_ship_the_installer(tmp_path):
     plan = plan_for("trl", "sft", write_config(tmp_path, {**SFT, "pip": ["math-verify==0.8.0", "sympy>=1.12"]}))
     command = container(plan.manifests[0], "trainer")["command"]
     assert command[:5] == ["python3", "/etc/cw/cw_pip.py", "math-verify==0.8.0", "sympy>=1.12", "--"]
-    assert command[5:8] == ["python3", "/etc/cw/cw_launch.py", "--"]
+    assert command[5:8] == ["python3", "/etc/cw/cw_entrypoint.py", "--"]
     assert obj(plan, "ConfigMap", f"{RUN}-config")["data"][PIP_FILE] == PIP_SCRIPT
 
 
@@ -37,7 +37,7 @@ def test_pip_requirements_reach_every_service_of_the_run(tmp_path):
 
 def test_no_requirements_no_package_step(tmp_path):
     plan = plan_for("trl", "sft", write_config(tmp_path, SFT))
-    assert container(plan.manifests[0], "trainer")["command"][:2] == ["python3", "/etc/cw/cw_launch.py"]
+    assert container(plan.manifests[0], "trainer")["command"][:2] == ["python3", "/etc/cw/cw_entrypoint.py"]
     assert PIP_FILE not in obj(plan, "ConfigMap", f"{RUN}-config")["data"]
 
 
@@ -97,7 +97,7 @@ def test_check_mode_installs_nothing_and_names_the_pip_command(tmp_path):
 
 
 def test_local_runs_only_check_requirements(tmp_path):
-    from cw_cli.local.runner import LocalRunner
+    from cw_cli.localrun.runner import LocalRunner
 
     plan = plan_for("trl", "sft", write_config(tmp_path, {**SFT, "pip": ["math-verify==0.8.0"]}))
     with LocalRunner(plan.manifests, tmp_path / "ckpt", workdir=tmp_path / "work") as runner:

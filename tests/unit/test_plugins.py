@@ -177,7 +177,7 @@ def test_plugin_renders_its_own_template_and_the_builtin_ones(registry, tmp_path
     assert trainer["image"] == "example.com/goodfw:1.0"
     # cw's launcher claims the run's folder; a plugin's own trainer resumes by itself.
     assert trainer["command"] == [
-        "python3", "/etc/cw/cw_launch.py", "--no-resume", "--", "goodfw-train", "--model", "tiny", "--gpus", "2"
+        "python3", "/etc/cw/cw_entrypoint.py", "--no-resume", "--", "goodfw-train", "--model", "tiny", "--gpus", "2"
     ]  # fmt: skip
     assert trainer["resources"]["limits"] == {"nvidia.com/gpu": "2", "cpu": "4", "memory": "8Gi"}
 

@@ -177,7 +177,7 @@ def test_rlhf_alias_resolves_to_grpo():
 def test_a_user_file_may_not_replace_a_file_cw_mounts(tmp_path):
     from cw_cli.errors import ConfigError
 
-    (tmp_path / "cw_launch.py").write_text("print('mine')\n")
-    config = write_config(tmp_path, {"model_name_or_path": "m", "dataset_name": "d", "files": ["cw_launch.py"]})
-    with pytest.raises(ConfigError, match="cw_launch.py would replace a file cw mounts"):
+    (tmp_path / "cw_entrypoint.py").write_text("print('mine')\n")
+    config = write_config(tmp_path, {"model_name_or_path": "m", "dataset_name": "d", "files": ["cw_entrypoint.py"]})
+    with pytest.raises(ConfigError, match="cw_entrypoint.py would replace a file cw mounts"):
         plan_for("trl", "sft", config)

@@ -60,13 +60,13 @@ def test_trainer_runs_verifiers_own_vf_train_under_deepspeed_after_installing_it
     command = container(plan.manifests[0], "trainer")["command"]
     cut = command.index("--")
     assert command[:2] == ["python3", "/etc/cw/cw_pip.py"] and command[2:cut] == list(VERIFIERS_STACK)
-    assert command[cut + 1 : cut + 5] == ["python3", "/etc/cw/cw_launch.py", "--no-resume", "--"]
+    assert command[cut + 1 : cut + 5] == ["python3", "/etc/cw/cw_entrypoint.py", "--no-resume", "--"]
     assert command[cut + 5 :] == [
         "accelerate", "launch", "--use_deepspeed", "--zero_stage", "3", "--num_processes", "4",
         "-m", "verifiers.scripts.train", "@", "/etc/cw/config.toml",
     ]  # fmt: skip
     data = obj(plan, "ConfigMap", f"{RUN}-config")["data"]
-    assert set(data) == {"config.toml", "cw_reverse_text.py", "cw_pip.py", "cw_launch.py", "cw_keeper.py"}
+    assert set(data) == {"config.toml", "cw_reverse_text.py", "cw_pip.py", "cw_entrypoint.py", "cw_keeper.py"}
 
 
 def test_server_runs_vf_vllm_with_inference_args_and_exposes_the_weight_sync_port():
