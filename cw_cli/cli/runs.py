@@ -6,7 +6,7 @@ import click
 
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import context_option, kube, namespace_option, output_option, run_argument
-from cw_cli.cli.output import err, out
+from cw_cli.cli.plain import echo, table
 
 
 def _age(created: "object") -> str:
@@ -41,9 +41,6 @@ def list_command(
     output: str,
 ) -> None:
     """List the runs in the namespace, with state, GPUs, age and why a failed run failed."""
-    from rich.markup import escape
-    from rich.table import Table
-
     from cw_cli.cli.formats import check_output, check_states, dump, list_dict, state_key
     from cw_cli.k8s.inspect import STALLED, list_runs
 
@@ -58,23 +55,24 @@ def list_command(
     if sweep:
         runs = [run for run in runs if run.sweep == sweep]
     if output != "table":
-        out().file.write(dump(list_dict(runs), output))
+        click.echo(dump(list_dict(runs), output), nl=False)
         return
     if not runs:
         where = "any namespace" if all_namespaces else f"namespace {client.namespace}"
-        err().print(f"no {'matching ' if state or framework or sweep else ''}runs in {where}")
+        echo(f"no {'matching ' if state or framework or sweep else ''}runs in {where}", err=True)
         return
     columns = ["RUN", "FRAMEWORK", "TYPE", "STATE", "GPUS", "AGE", "REASON"]
-    table = Table(*(["NAMESPACE"] if all_namespaces else []), *columns, box=None)
-    for run in runs:
-        row = [run.name, run.framework, run.training_type, run.state, str(run.gpus), _age(run.created), run.failure or ""]
-        table.add_row(*[escape(cell) for cell in ([run.namespace] if all_namespaces else []) + row])
-    out().print(table)
+    rows = [
+        [*([run.namespace] if all_namespaces else []), run.name, run.framework, run.training_type, run.state,
+         str(run.gpus), _age(run.created), run.failure or ""]
+        for run in runs
+    ]  # fmt: skip
+    click.echo(table([*(["NAMESPACE"] if all_namespaces else []), *columns], rows), nl=False)
     for run in runs:
         if run.state == STALLED:
-            err().print(f"[yellow]{run.name}: its launcher stopped before starting it; `cw delete {run.name}` removes it[/]")
+            echo(f"{run.name}: its launcher stopped before starting it; `cw delete {run.name}` removes it", err=True, fg="yellow")
     if any(run.state == "Failed" for run in runs):
-        err().print("`cw status RUN` says why a run failed, with the fix and its last log lines")
+        echo("`cw status RUN` says why a run failed, with the fix and its last log lines", err=True)
 
 
 @click.command("status")
@@ -85,52 +83,47 @@ def list_command(
 @handle_errors
 def status_command(run: str, namespace: str | None, context: str | None, output: str) -> None:
     """Show a run's Job, pods and services; say why a pod is Pending or why the run failed."""
-    from rich.markup import escape
-    from rich.table import Table
-
     from cw_cli.cli.formats import check_output, dump, status_dict
     from cw_cli.k8s.inspect import run_status
 
     output = check_output(output)
     view = run_status(kube(context, namespace), run)
     if output != "table":
-        out().file.write(dump(status_dict(view), output))
+        click.echo(dump(status_dict(view), output), nl=False)
         return
-    console = out()
-    console.print(f"run [bold]{view.name}[/]  {view.framework} {view.training_type}  state: [bold]{view.state}[/]  GPUs: {view.gpus}")
-    console.print("objects: " + ", ".join(view.objects))
+    bold = lambda text: click.style(text, bold=True)  # noqa: E731
+    echo(f"run {bold(view.name)}  {view.framework} {view.training_type}  state: {bold(view.state)}  GPUs: {view.gpus}")
+    echo("objects: " + ", ".join(view.objects))
     if view.restarts is not None:
-        console.print(f"gang restarts: {view.restarts} (JobSet; each resumes from the last checkpoint)")
+        echo(f"gang restarts: {view.restarts} (JobSet; each resumes from the last checkpoint)")
     if view.sweep:
-        console.print(f"sweep: {escape(view.sweep)} (cw list --sweep {escape(view.sweep)})")
+        echo(f"sweep: {view.sweep} (cw list --sweep {view.sweep})")
     if "wandb" in view.links:
-        console.print(f"W&B: {escape(view.links['wandb'])}")
+        echo(f"W&B: {view.links['wandb']}")
     if "tensorboard" in view.links:
-        console.print(f"TensorBoard event files: {escape(view.links['tensorboard'])} (on the checkpoint volume)")
+        echo(f"TensorBoard event files: {view.links['tensorboard']} (on the checkpoint volume)")
     if view.pods:
-        table = Table("POD", "ROLE", "RANK", "PHASE", "READY", "NODE", box=None)
-        for pod in view.pods:
-            table.add_row(pod.name, pod.role, pod.rank or "", pod.phase, "yes" if pod.ready else "no", pod.node or "")
-        console.print(table)
+        rows = [[p.name, p.role, p.rank or "", p.phase, "yes" if p.ready else "no", p.node or ""] for p in view.pods]
+        click.echo(table(["POD", "ROLE", "RANK", "PHASE", "READY", "NODE"], rows), nl=False)
     if view.queue:
-        console.print(escape(view.queue))
+        echo(view.queue)
     for name, ready in view.services:
-        console.print(f"service {name}: {ready}")
+        echo(f"service {name}: {ready}")
     explained = {e.line() for e in view.explanations}
     for problem in view.problems:
         if problem not in explained:
-            console.print(f"[yellow]{escape(problem)}[/]")
+            echo(problem, fg="yellow")
     if view.failure:
-        console.print(f"[bold red]{'failed' if view.state == 'Failed' else 'problem'}:[/] {escape(view.failure)}")
+        echo(click.style(f"{'failed' if view.state == 'Failed' else 'problem'}:", fg="red", bold=True) + f" {view.failure}")
     for explanation in view.explanations:
-        console.print(f"[yellow]{escape(explanation.line())}[/]")
+        echo(explanation.line(), fg="yellow")
         if explanation.fix:
-            console.print(f"  fix: {escape(explanation.fix.replace('RUN', view.name))}")
+            echo(f"  fix: {explanation.fix.replace('RUN', view.name)}")
         if explanation.log:
             where = f"{explanation.pod} {explanation.container}" if explanation.container else explanation.pod
-            console.print(f"  last log lines ({escape(where or '')}):")
+            echo(f"  last log lines ({where or ''}):")
             for line in explanation.log:
-                console.print(f"    {escape(line)}")
+                echo(f"    {line}")
 
 
 @click.command("logs")
@@ -146,7 +139,7 @@ def logs_command(
     run: str, follow: bool, role: str, rank: int | None, tail: int | None, namespace: str | None, context: str | None
 ) -> None:
     """Print (or follow) the log of one pod of a run, through the API server."""
-    from rich.markup import escape
+    import sys
 
     from cw_cli.k8s.operations import stream_logs
 
@@ -157,8 +150,8 @@ def logs_command(
 
         raise ConfigError([f"--role {role!r}: expected trainer, server or reward"])
     client = kube(context, namespace)
-    stdout = out().file
-    for line in stream_logs(client, run, role, rank, follow, tail, notice=lambda m: err().print(escape(m))):
+    stdout = sys.stdout
+    for line in stream_logs(client, run, role, rank, follow, tail, notice=lambda m: echo(m, err=True)):
         stdout.write(line + "\n")
         stdout.flush()
 
@@ -179,9 +172,9 @@ def delete_command(run: str | None, sweep: str | None, namespace: str | None, co
     client = kube(context, namespace)
     if sweep is not None:
         runs = delete_sweep(client, sweep)
-        err().print(f"deleted the {len(runs)} run(s) of sweep {sweep}: {', '.join(runs)}")
+        echo(f"deleted the {len(runs)} run(s) of sweep {sweep}: {', '.join(runs)}", err=True)
         return
     deleted = delete_run(client, run)
-    err().print(f"deleted {', '.join(deleted)}")
+    echo(f"deleted {', '.join(deleted)}", err=True)
 
 

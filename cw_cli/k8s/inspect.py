@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from cw_cli.config.quantity import parse_quantity
 from cw_cli.errors import ConfigError, Forbidden, NotFound
@@ -94,20 +94,63 @@ class RunView:
 OPTIONAL_KINDS = ("JobSet",)
 
 
+#: Kinds read whole (state, GPUs, servers); the other kinds of a run are read as metadata only
+#: (names and labels: a ConfigMap alone carries cw's pod-side files, tens of KB per run).
+WHOLE_KINDS = ("JobSet", "Job", "Deployment")
+T = TypeVar("T")
+#: Reads in flight at once: all of one round (a run's kinds, events, pods), well within the API
+#: server's default of 400 concurrent read requests.
+MAX_PARALLEL_READS = 16
+
+
+def gather(calls: dict[str, Callable[[], T]]) -> dict[str, T]:
+    """Run independent API reads at once on the connection's pool, as ``{key: result}``.
+
+    The reads of one command do not depend on each other, so their latencies overlap instead of
+    adding up; the first error raised by any of them is raised here.
+    """
+    if len(calls) <= 1:
+        return {key: call() for key, call in calls.items()}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_READS, len(calls))) as pool:
+        futures = {key: pool.submit(call) for key, call in calls.items()}
+        return {key: future.result() for key, future in futures.items()}
+
+
+def _list_kind(kube: Kube, kind: str, selector: str, all_namespaces: bool, whole: bool) -> list[dict[str, Any]]:
+    try:
+        if whole:
+            return kube.list(kind, selector, all_namespaces=all_namespaces)
+        return kube.list_metadata(kind, selector, all_namespaces=all_namespaces)
+    except (NotFound, Forbidden):
+        if kind in OPTIONAL_KINDS:
+            return []  # JobSet is not installed (or not readable): no run uses it here
+        raise
+
+
+def _object_calls(
+    kube: Kube, selector: str, all_namespaces: bool, kinds: tuple[str, ...], whole: tuple[str, ...]
+) -> dict[str, Callable[[], list[dict[str, Any]]]]:
+    return {
+        kind: (lambda kind=kind: _list_kind(kube, kind, selector, all_namespaces, kind in whole))  # type: ignore[misc]
+        for kind in kinds
+    }
+
+
 def run_objects(
-    kube: Kube, run_name: str | None = None, all_namespaces: bool = False, kinds: tuple[str, ...] = RUN_KINDS
+    kube: Kube,
+    run_name: str | None = None,
+    all_namespaces: bool = False,
+    kinds: tuple[str, ...] = RUN_KINDS,
+    whole: tuple[str, ...] = WHOLE_KINDS,
 ) -> list[tuple[str, dict[str, Any]]]:
-    """(kind, object) of every object cw labelled, of one run or of all, owners first."""
-    found = []
-    for kind in kinds:
-        try:
-            objects = kube.list(kind, run_selector(run_name), all_namespaces=all_namespaces)
-        except (NotFound, Forbidden):
-            if kind in OPTIONAL_KINDS:
-                continue  # JobSet is not installed (or not readable): no run uses it here
-            raise
-        found += [(kind, obj) for obj in objects]
-    return found
+    """(kind, object) of every object cw labelled, of one run or of all, owners first.
+
+    The kinds are listed at once; those not in ``whole`` come as metadata only.
+    """
+    listed = gather(_object_calls(kube, run_selector(run_name), all_namespaces, kinds, whole))
+    return [(kind, obj) for kind in kinds for obj in listed[kind]]
 
 
 def _created(obj: dict[str, Any]) -> datetime | None:
@@ -209,17 +252,17 @@ def _links(owner: dict[str, Any]) -> dict[str, str]:
 
 
 def _collect_runs(
-    kube: Kube, run_name: str | None, all_namespaces: bool
+    objects: list[tuple[str, dict[str, Any]]], namespace: str
 ) -> tuple[dict[tuple[str, str], RunView], dict[tuple[str, str], list[tuple[str, dict[str, Any]]]]]:
     """The runs' views, and each run's owners (Job or JobSet), keyed by (namespace, run)."""
     runs: dict[tuple[str, str], RunView] = {}
     owners: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
-    for kind, obj in run_objects(kube, run_name, all_namespaces):
+    for kind, obj in objects:
         labels = obj["metadata"].get("labels") or {}
         name = labels.get(RUN_LABEL)
         if not name:
             continue
-        key = (obj["metadata"].get("namespace") or kube.namespace, name)
+        key = (obj["metadata"].get("namespace") or namespace, name)
         view = runs.setdefault(key, RunView(name=name, namespace=key[0]))
         view.framework = labels.get(NAME_LABEL, view.framework)
         view.training_type = labels.get(TYPE_LABEL, view.training_type)
@@ -263,28 +306,54 @@ def read_log_tail(kube: Kube, pod: dict[str, Any], container: str, lines: int, p
         return []
 
 
+LogKey = tuple[str, str, str]  # (namespace, pod, container)
+
+
+def _live_pods(view: RunView, pods: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], set[str]]:
+    """The pods that explain a run, and the disrupted ones among them.
+
+    A failed run: all of them. A run still going: what holds its live pods, and the disruptions
+    its Job or JobSet replaced (they say why it started over), not the attempts it retried.
+    """
+    if view.state == "Failed":
+        return pods, set()
+    disrupted = {p["metadata"]["name"] for p in pods if _disrupted(p) and _phase(p) not in ("Pending", "Running")}
+    return [p for p in pods if _phase(p) in ("Pending", "Running") or p["metadata"]["name"] in disrupted], disrupted
+
+
+def _wanted_logs(pods: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str, bool]]:
+    """(pod, container, previous) whose log tails explain a run, newest pods first, a few at most."""
+    newest_first = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)
+    return [(pod, container, previous) for pod in newest_first for container, previous in log_requests(pod)][:MAX_LOGS_PER_RUN]
+
+
+def _read_logs(kube: Kube, wanted: list[tuple[dict[str, Any], str, bool]], lines: int) -> dict[LogKey, list[str]]:
+    """The log tails of many containers at once; a previous (crashed) container's first."""
+
+    def tail(pod: dict[str, Any], container: str, previous: bool) -> list[str]:
+        found = read_log_tail(kube, pod, container, lines, previous)
+        return found if found or not previous else read_log_tail(kube, pod, container, lines)
+
+    calls = {
+        f"{index}": (lambda pod=pod, container=container, previous=previous: tail(pod, container, previous))
+        for index, (pod, container, previous) in enumerate(wanted)
+    }
+    read = gather(calls)  # type: ignore[arg-type]
+    return {
+        (pod["metadata"].get("namespace") or kube.namespace, pod["metadata"]["name"], container): read[f"{index}"]
+        for index, (pod, container, _) in enumerate(wanted)
+    }
+
+
 def _explain_run(
-    kube: Kube, view: RunView, owners: list[tuple[str, dict[str, Any]]], pods: list[dict[str, Any]], log_lines: int, read_logs: bool
+    view: RunView, owners: list[tuple[str, dict[str, Any]]], pods: list[dict[str, Any]], logs: dict[LogKey, list[str]]
 ) -> None:
     """Fill ``view.explanations`` and ``view.failure`` from the run's owners, pods and log tails."""
     if view.state == "Succeeded":
         return
-    disrupted: set[str] = set()
-    if view.state != "Failed":
-        # A run still going: what holds its live pods, and the disruptions its Job or JobSet
-        # replaced (they say why it started over), not the attempts it retried.
-        disrupted = {p["metadata"]["name"] for p in pods if _disrupted(p) and _phase(p) not in ("Pending", "Running")}
-        pods = [p for p in pods if _phase(p) in ("Pending", "Running") or p["metadata"]["name"] in disrupted]
-    logs: dict[tuple[str, str], list[str]] = {}
-    if read_logs:
-        newest_first = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)
-        wanted = [(pod, container, previous) for pod in newest_first for container, previous in log_requests(pod)]
-        for pod, container, previous in wanted[:MAX_LOGS_PER_RUN]:
-            tail = read_log_tail(kube, pod, container, log_lines, previous)
-            if previous and not tail:
-                tail = read_log_tail(kube, pod, container, log_lines)
-            logs[(pod["metadata"]["name"], container)] = tail
-    view.explanations = diagnose(owners, pods, logs)
+    pods, disrupted = _live_pods(view, pods)
+    mine = {(pod_name, container): tail for (namespace, pod_name, container), tail in logs.items() if namespace == view.namespace}
+    view.explanations = diagnose(owners, pods, mine)
     view.failure = summary([e for e in view.explanations if e.pod not in disrupted])
 
 
@@ -299,22 +368,36 @@ def _disrupted(pod: dict[str, Any]) -> bool:
     )
 
 
+#: Above this many unfinished runs, `cw list` reads all of cw's pods instead of naming the runs.
+MAX_NAMED_RUNS = 100
+
+
 def list_runs(
     kube: Kube, all_namespaces: bool = False, run_name: str | None = None, log_lines: int = LIST_LOG_LINES
 ) -> list[RunView]:
     """Every cw run in the namespace (or in all of them), newest first, each with why it failed.
 
-    Reads pods only when some run is not Succeeded, and logs only of failed runs' failed
-    containers (``log_lines`` each, a few containers per run at most).
+    Reads the runs' objects at once (names only for all but Jobs, JobSets and Deployments),
+    pods only of the runs not Succeeded, and logs only of failed runs' failed containers
+    (``log_lines`` each, a few containers per run at most).
     """
-    runs, owners = _collect_runs(kube, run_name, all_namespaces)
-    if any(v.state != "Succeeded" for v in runs.values()):
+    runs, owners = _collect_runs(run_objects(kube, run_name, all_namespaces), kube.namespace)
+    unfinished = sorted({key[1] for key, view in runs.items() if view.state != "Succeeded"})
+    if unfinished:
+        selector = run_selector(run_name)
+        if run_name is None and len(unfinished) <= MAX_NAMED_RUNS:  # only their pods, whatever else is there
+            selector += f",{RUN_LABEL} in ({','.join(unfinished)})"
         by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for pod in kube.list("Pod", run_selector(run_name), all_namespaces=all_namespaces):
+        for pod in kube.list("Pod", selector, all_namespaces=all_namespaces):
             labels = pod["metadata"].get("labels") or {}
             by_run.setdefault((pod["metadata"].get("namespace") or kube.namespace, labels.get(RUN_LABEL, "")), []).append(pod)
+        wanted = []
         for key, view in runs.items():
-            _explain_run(kube, view, owners.get(key, []), by_run.get(key, []), log_lines, read_logs=view.state == "Failed")
+            if view.state == "Failed":
+                wanted += _wanted_logs(_live_pods(view, by_run.get(key, []))[0])
+        logs = _read_logs(kube, wanted, log_lines)
+        for key, view in runs.items():
+            _explain_run(view, owners.get(key, []), by_run.get(key, []), logs)
     return sorted(
         runs.values(), key=lambda v: (v.created or datetime.min.replace(tzinfo=timezone.utc), v.namespace), reverse=True
     )
@@ -324,7 +407,7 @@ def run_names(kube: Kube) -> list[str]:
     """Names of the runs in the namespace, from their owners and servers only (for completion)."""
     names = {
         (obj["metadata"].get("labels") or {}).get(RUN_LABEL, "")
-        for _, obj in run_objects(kube, kinds=("JobSet", "Job", "Deployment"))
+        for _, obj in run_objects(kube, kinds=("JobSet", "Job", "Deployment"), whole=())
     }
     return sorted(n for n in names if n)
 
@@ -351,11 +434,17 @@ def _format_amount(resource: str, value: float) -> str:
     return f"{value:g}"
 
 
-def explain_pending(pod: dict[str, Any], kube: Kube, capacity: dict[str, list[tuple[str, float]]] | None = None) -> str:
+def explain_pending(
+    pod: dict[str, Any],
+    kube: Kube,
+    capacity: dict[str, list[tuple[str, float]]] | None = None,
+    scheduling_events: list[dict[str, Any]] | None = None,
+) -> str:
     """Say in plain words why a pod is not running yet.
 
     Compares the pod's requests with the largest node first ("needs 16 nvidia.com/gpu, the
-    largest node has 8"), then falls back to the scheduler's own event message.
+    largest node has 8"), then falls back to the scheduler's own event message
+    (``scheduling_events``: the pod's FailedScheduling events, read here when not given).
     """
     capacity = capacity if capacity is not None else _node_capacity(kube)
     spec = pod.get("spec") or {}
@@ -373,12 +462,7 @@ def explain_pending(pod: dict[str, Any], kube: Kube, capacity: dict[str, list[tu
                 return f"needs {amount} {resource}, the largest node has {_format_amount(resource, largest)}"
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            try:
-                events = kube.list(
-                    "Event", field_selector=f"involvedObject.name={pod['metadata']['name']},reason=FailedScheduling"
-                )
-            except Forbidden:
-                events = []
+            events = scheduling_events if scheduling_events is not None else _scheduling_events(kube, pod)
             message = (events[-1].get("message") if events else None) or condition.get("message") or ""
             return f"cannot be scheduled: {message}".strip() if message else "waiting for the scheduler"
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -388,21 +472,40 @@ def explain_pending(pod: dict[str, Any], kube: Kube, capacity: dict[str, list[tu
     return "starting"
 
 
-def pods_refused(kube: Kube, kind: str, obj: dict[str, Any]) -> str | None:
+def _scheduling_events(kube: Kube, pod: dict[str, Any]) -> list[dict[str, Any]]:
+    try:
+        return kube.list("Event", field_selector=f"involvedObject.name={pod['metadata']['name']},reason=FailedScheduling")
+    except Forbidden:
+        return []
+
+
+def failed_create_events(kube: Kube) -> list[dict[str, Any]] | None:
+    """The namespace's FailedCreate events (None when events are not readable)."""
+    try:
+        return kube.list("Event", field_selector="reason=FailedCreate")
+    except (Forbidden, NotFound):
+        return None
+
+
+def pods_refused(kube: Kube, kind: str, obj: dict[str, Any], events: list[dict[str, Any]] | None = None) -> str | None:
     """Why the cluster refuses to create an object's pods (Pod Security, quota, a webhook), or None.
 
     A Deployment carries it as its ``ReplicaFailure`` condition; a Job only as a ``FailedCreate``
-    event. Either way no pod will ever appear, so waiting longer is pointless.
+    event (``events``: the namespace's, from :func:`failed_create_events`; read here when not
+    given). Either way no pod will ever appear, so waiting longer is pointless.
     """
     if kind == "Deployment":
         for condition in (obj.get("status") or {}).get("conditions") or []:
             if condition.get("type") == "ReplicaFailure" and condition.get("status") == "True":
                 return str(condition.get("message") or condition.get("reason") or "ReplicaFailure")
         return None
-    try:
-        events = kube.list("Event", field_selector=f"involvedObject.uid={obj['metadata'].get('uid')},reason=FailedCreate")
-    except (Forbidden, NotFound):
-        return None
+    uid = obj["metadata"].get("uid")
+    if events is None:
+        try:
+            events = kube.list("Event", field_selector=f"involvedObject.uid={uid},reason=FailedCreate")
+        except (Forbidden, NotFound):
+            return None
+    events = [e for e in events if (e.get("involvedObject") or {}).get("uid") == uid]
     newest = max(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "", default=None)
     return str(newest.get("message") or "FailedCreate") if newest else None
 
@@ -424,34 +527,66 @@ def _pod_ready(pod: dict[str, Any]) -> bool:
     )
 
 
-def _preempted(kube: Kube, run_name: str, known: set[str]) -> list[Explanation]:
-    """The run's pods the scheduler preempted (gone by now: their events say so)."""
-    from cw_cli.k8s.diagnose import preemption_events
-
+def _preemption_events(kube: Kube) -> list[dict[str, Any]]:
+    """The namespace's Preempted events: a preempted pod is gone, its event says what happened."""
     try:
-        events = kube.list("Event", field_selector="reason=Preempted")
+        return kube.list("Event", field_selector="reason=Preempted")
     except (Forbidden, NotFound):
         return []
-    return preemption_events(events, run_name, known)
 
 
 def run_status(kube: Kube, run_name: str) -> RunView:
     """The run's Job, pods and services, with a reason for each pod that is stuck.
 
+    Two rounds of reads, each at once: the run's objects, pods and the namespace's Preempted and
+    FailedCreate events; then only what those call for (log tails of failed containers, nodes
+    and scheduler events for Pending pods, the Kueue queue, a JobSet's Jobs). Everything is
+    selected by the run's labels or by event reason, so the time does not grow with the number
+    of other runs in the namespace.
+
     Raises:
         NotFound: No object of that run in the namespace.
     """
-    runs, owners = _collect_runs(kube, run_name, all_namespaces=False)
+    selector = run_selector(run_name)
+    fetched = gather({
+        **_object_calls(kube, selector, False, RUN_KINDS, WHOLE_KINDS),
+        "Pod": lambda: kube.list("Pod", selector),
+        "preempted": lambda: _preemption_events(kube),
+        "failed-create": lambda: failed_create_events(kube),
+    })  # fmt: skip
+    objects = [(kind, obj) for kind in RUN_KINDS for obj in fetched[kind]]
+    runs, owners = _collect_runs(objects, kube.namespace)
     view = runs.get((kube.namespace, run_name))
     if view is None:
         raise NotFound(
             f"no run {run_name!r} in namespace {kube.namespace!r}", hint="`cw list` shows the runs; -n picks a namespace"
         )
-    pods = kube.list("Pod", run_selector(run_name))
-    _explain_run(kube, view, owners.get((kube.namespace, run_name), []), pods, STATUS_LOG_LINES, read_logs=True)
-    view.explanations += _preempted(kube, run_name, {e.pod for e in view.explanations if e.pod})
+    from cw_cli.k8s.diagnose import preemption_events
+
+    pods: list[dict[str, Any]] = fetched["Pod"]  # type: ignore[assignment]
+    refusals: list[dict[str, Any]] | None = fetched["failed-create"]  # type: ignore[assignment]
+    live, _ = _live_pods(view, pods)
+    pending = [p for p in pods if _phase(p) == "Pending"]
+    jobs = [obj for kind, obj in objects if kind == "Job"]
+    gang = f"JobSet/{run_name}" in view.objects
+    more: dict[str, Callable[[], Any]] = {}
+    if view.state != "Succeeded":
+        wanted = _wanted_logs(live)
+        more["logs"] = lambda: _read_logs(kube, wanted, STATUS_LOG_LINES)
+    if pending:
+        more["capacity"] = lambda: _node_capacity(kube)
+        for pod in pending:
+            more[f"scheduling/{pod['metadata']['name']}"] = lambda pod=pod: _scheduling_events(kube, pod)
+    for job in jobs:
+        more[f"queue/{job['metadata']['name']}"] = lambda job=job: queue_summary(kube, job)
+    if gang:
+        more["gang"] = lambda: _gang_objects(kube, run_name)
+    later = gather(more)
+
+    _explain_run(view, owners.get((kube.namespace, run_name), []), pods, later.get("logs", {}))
+    view.explanations += preemption_events(fetched["preempted"], run_name, {e.pod for e in view.explanations if e.pod})  # type: ignore[arg-type]
     explained = {e.pod for e in view.explanations}
-    capacity = _node_capacity(kube) if pods else {}
+    capacity = later.get("capacity", {})
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         labels = pod["metadata"].get("labels") or {}
         annotations = pod["metadata"].get("annotations") or {}
@@ -466,21 +601,21 @@ def run_status(kube: Kube, run_name: str) -> RunView:
             ready=_pod_ready(pod),
         )
         if phase == "Pending" and pod_view.name not in explained:
-            pod_view.reason = explain_pending(pod, kube, capacity)
+            pod_view.reason = explain_pending(pod, kube, capacity, later.get(f"scheduling/{pod_view.name}"))
             view.problems.append(f"{pod_view.name} is Pending: {pod_view.reason}")
         elif pod_view.name in explained:
             pod_view.reason = next(e.summary for e in view.explanations if e.pod == pod_view.name)
         view.pods.append(pod_view)
-    for job in kube.list("Job", run_selector(run_name)):
-        view.queue = queue_summary(kube, job)
-        refused = None if (job.get("status") or {}).get("active") else pods_refused(kube, "Job", job)
+    for job in jobs:
+        view.queue = later[f"queue/{job['metadata']['name']}"]
+        refused = None if (job.get("status") or {}).get("active") else pods_refused(kube, "Job", job, refusals)
         if refused:
             view.problems.append(f"the cluster refuses to create the trainer's pods: {refused}")
     view.problems += [e.line() for e in view.explanations]
-    if f"JobSet/{run_name}" in view.objects:
-        _gang_status(kube, run_name, view)
+    if gang:
+        _gang_status(run_name, view, *later["gang"], refusals, kube)
     has_trainer = any(o.startswith(("Job/", "JobSet/")) for o in view.objects)
-    for deployment in kube.list("Deployment", run_selector(run_name)):
+    for deployment in (obj for kind, obj in objects if kind == "Deployment"):
         status = deployment.get("status") or {}
         ready = f"{status.get('readyReplicas', 0)}/{deployment['spec'].get('replicas', 1)} ready"
         view.services.append((deployment["metadata"]["name"], f"{ready}; {server_lifetime(deployment, has_trainer)}"))
@@ -490,14 +625,33 @@ def run_status(kube: Kube, run_name: str) -> RunView:
     return view
 
 
-def _gang_status(kube: Kube, run_name: str, view: RunView) -> None:
-    """Queue, refused pods and servers of a JobSet run (its Jobs carry JobSet's labels, not cw's)."""
+def _gang_objects(kube: Kube, run_name: str) -> tuple[dict[str, Any] | None, str | None, list[dict[str, Any]]]:
+    """A JobSet run's JobSet, its queue summary and its child Jobs (they carry JobSet's labels, not cw's)."""
     jobset = kube.get("JobSet", run_name)
     if jobset is None:
+        return None, None, []
+    found = gather({
+        "queue": lambda: queue_summary(kube, jobset),
+        "jobs": lambda: kube.list("Job", f"{JOBSET_NAME_LABEL}={run_name}"),
+    })  # fmt: skip
+    return jobset, found["queue"], found["jobs"]  # type: ignore[return-value]
+
+
+def _gang_status(
+    run_name: str,
+    view: RunView,
+    jobset: dict[str, Any] | None,
+    queue: str | None,
+    jobs: list[dict[str, Any]],
+    refusals: list[dict[str, Any]] | None,
+    kube: Kube,
+) -> None:
+    """Queue, refused pods and servers of a JobSet run, from :func:`_gang_objects`."""
+    if jobset is None:
         return
-    view.queue = queue_summary(kube, jobset)
-    for job in kube.list("Job", f"{JOBSET_NAME_LABEL}={run_name}"):
-        refused = None if (job.get("status") or {}).get("active") else pods_refused(kube, "Job", job)
+    view.queue = queue
+    for job in jobs:
+        refused = None if (job.get("status") or {}).get("active") else pods_refused(kube, "Job", job, refusals)
         if refused:
             view.problems.append(f"the cluster refuses to create the pods of {job['metadata']['name']}: {refused}")
     statuses = {s["name"]: s for s in (jobset.get("status") or {}).get("replicatedJobsStatus") or []}
@@ -532,13 +686,13 @@ def queue_summary(kube: Kube, job: dict[str, Any]) -> str | None:
     queue = (job["metadata"].get("labels") or {}).get(KUEUE_QUEUE_LABEL)
     if not queue:
         return None
-    try:
-        workloads = kube.list("Workload")
+    try:  # Kueue labels a Job's Workload with the Job's UID: read that one first
+        found = kube.list("Workload", f"{WORKLOAD_JOB_UID}={job['metadata'].get('uid')}")
     except NotFound:
         return f"queue {queue}: Kueue is not installed (no Workload API on this cluster)"
     except Forbidden:
         return f"queue {queue}: Kueue's Workloads are not readable with your credentials"
-    mine = next((w for w in workloads if (w["metadata"].get("labels") or {}).get(WORKLOAD_JOB_UID) == job["metadata"].get("uid")), None)
+    mine = found[0] if found else None
     if mine is None:
         return f"queue {queue}: no Workload yet (Kueue has not seen the Job)"
     local = kube.get("LocalQueue", queue) or {}
@@ -552,6 +706,7 @@ def queue_summary(kube: Kube, job: dict[str, Any]) -> str | None:
     def order(w: dict[str, Any]) -> tuple[int, str]:
         return (-int((w.get("spec") or {}).get("priority") or 0), w["metadata"]["creationTimestamp"])
 
+    workloads = kube.list("Workload")  # queued: its place in line needs the others
     pending = sorted(
         (w for w in workloads if (w.get("spec") or {}).get("queueName") == queue and not _admitted(w) and not _finished(w)),
         key=order,

@@ -23,7 +23,7 @@ def delete_run(kube: Kube, run_name: str) -> list[str]:
     """
     # List everything first: deleting the owner lets the garbage collector remove the rest meanwhile.
     # A queued run's JobSet or Job goes with its Kueue Workload, which frees its place in the queue.
-    found = [(kind, obj["metadata"]["name"]) for kind, obj in run_objects(kube, run_name)]
+    found = [(kind, obj["metadata"]["name"]) for kind, obj in run_objects(kube, run_name, whole=())]
     deleted: list[str] = []
     for kind, name in found:
         kube.delete(kind, name)

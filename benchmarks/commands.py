@@ -1,0 +1,161 @@
+"""Every cw command timed side by side with its peer, in one run (tracked figures; never asserted in tests).
+
+Usage:
+    python benchmarks/commands.py --kubectl PATH [--torchx PATH] [--runs 15] [--background 1000]
+        [--kubeconfig FILE --context CTX]
+
+Each pair runs alternately (cw, peer, cw, peer, ...) so both see the same machine load; the table
+gives medians and the ratio cw / peer. Without --kubeconfig it uses the current kubeconfig's
+`cw-local` context (`cw cluster up`). Everything runs in a fresh namespace, deleted at the end.
+
+  cw --help                    vs  torchx --help
+  cw trl sft CFG --dry-run     vs  torchx run -s kubernetes -cfg queue=default --dryrun utils.echo
+  submit one run               vs  kubectl apply -f of the same manifests
+  cw status RUN                vs  kubectl get job,pods -l cw-cli.dev/run=RUN
+  cw logs RUN                  vs  kubectl logs job/RUN-trainer
+  cw list                      vs  kubectl get jobs -l app.kubernetes.io/managed-by=cw
+  (status, logs and list with --background runs in the namespace: flat means it does not matter)
+  a 100-run sweep (one cw)     vs  one kubectl apply -f of the same manifests
+
+kubectl: build it from the same Kubernetes modules as the local cluster, e.g.
+`cd tools/k8s && go build -o ~/.cache/cw/bin/kubectl k8s.io/kubernetes/cmd/kubectl`.
+torchx: `python -m venv ~/.cache/cw/venvs/torchx && ~/.cache/cw/venvs/torchx/bin/pip install torchx kubernetes`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CONFIG = {
+    "model_name_or_path": "Qwen/Qwen2.5-0.5B",
+    "dataset_name": "trl-lib/Capybara",
+    "gpu": 1,
+    "cpu": "1",
+    "memory": "4Gi",
+    "checkpoint_volume": "none",
+}
+Command = Callable[[int], list[str]]
+
+
+def _time(argv: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, env=env)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
+    return elapsed
+
+
+def paired(label: str, cw: Command, peer: Command | None, runs: int, env: dict[str, str]) -> tuple[str, float, float | None]:
+    """Median seconds of ``cw`` and ``peer``, run alternately ``runs`` times (argument: the iteration)."""
+    mine, theirs = [], []
+    for i in range(runs):
+        mine.append(_time(cw(i), env))
+        if peer is not None:
+            theirs.append(_time(peer(i), env))
+    return label, statistics.median(mine), statistics.median(theirs) if theirs else None
+
+
+def _row(label: str, mine: float, theirs: float | None) -> str:
+    ratio = f"{mine / theirs:5.2f}" if theirs else "    -"
+    peer = f"{theirs * 1000:7.0f}" if theirs else "      -"
+    return f"| {label:44} | {mine * 1000:7.0f} | {peer} | {ratio} |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kubectl", required=True)
+    parser.add_argument("--torchx", default=str(Path.home() / ".cache/cw/venvs/torchx/bin/torchx"))
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--background", type=int, default=1000, help="runs in the namespace for status/logs/list")
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or str(Path.home() / ".kube/config"))
+    parser.add_argument("--context", default="cw-local")
+    args = parser.parse_args()
+
+    from cw_cli import api
+
+    cw = [str(Path(sys.executable).with_name("cw"))] if Path(sys.executable).with_name("cw").exists() else [sys.executable, "-m", "cw_cli"]
+    torchx = args.torchx if shutil.which(args.torchx) else None
+    namespace = f"bench-{secrets.token_hex(3)}"
+    env = {**os.environ, "KUBECONFIG": args.kubeconfig}
+    kubectl = [args.kubectl, "--context", args.context, "-n", namespace]
+    scope = ["--context", args.context, "-n", namespace]
+    session = api.Session(context=args.context, namespace=namespace, kubeconfig=args.kubeconfig)
+    session.kube.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    folder = Path(tempfile.mkdtemp(prefix="cw-bench-"))
+    config = folder / "sft.yaml"
+    import yaml
+
+    config.write_text(yaml.safe_dump(CONFIG))
+    rows = []
+    try:
+        for _ in range(100):  # the namespace's default ServiceAccount comes from the controller manager
+            if session.kube.get("ServiceAccount", "default") is not None:
+                break
+            time.sleep(0.1)
+        rows.append(paired("cw --help | torchx --help", lambda i: [*cw, "--help"],
+                           (lambda i: [torchx, "--help"]) if torchx else None, args.runs, env))  # fmt: skip
+        rows.append(paired("dry run | torchx --dryrun", lambda i: [*cw, "trl", "sft", str(config), "--dry-run", "--name", "d"],
+                           (lambda i: [torchx, "run", "-s", "kubernetes", "-cfg", "queue=default", "--dryrun", "--workspace", "", "utils.echo",
+                                       "--msg", "hi"]) if torchx else None, args.runs, env))  # fmt: skip
+
+        manifests = []
+        for i in range(args.runs):
+            path = folder / f"k{i}.yaml"
+            path.write_text(api.plan(CONFIG, "trl", "sft", name=f"k{i}", namespace=namespace).to_yaml())
+            manifests.append(path)
+        rows.append(paired("submit one run | kubectl apply -f",
+                           lambda i: [*cw, "trl", "sft", str(config), "--name", f"s{i}", *scope],
+                           lambda i: [*kubectl, "apply", "-f", str(manifests[i])], args.runs, env))  # fmt: skip
+
+        def watch_rows(background: int) -> None:
+            where = f"{background + 2 * args.runs} runs in ns"
+            rows.append(paired(f"cw status | kubectl get job,pods ({where})", lambda i: [*cw, "status", "s0", *scope],
+                               lambda i: [*kubectl, "get", "job,pods", "-l", "cw-cli.dev/run=s0"], args.runs, env))  # fmt: skip
+            rows.append(paired(f"cw logs | kubectl logs ({where})", lambda i: [*cw, "logs", "s0", *scope],
+                               lambda i: [*kubectl, "logs", "job/s0-trainer"], args.runs, env))  # fmt: skip
+            rows.append(paired(f"cw list | kubectl get jobs ({where})", lambda i: [*cw, "list", *scope],
+                               lambda i: [*kubectl, "get", "jobs", "-l", "app.kubernetes.io/managed-by=cw"], args.runs, env))  # fmt: skip
+
+        watch_rows(0)
+        if args.background:
+            values = ",".join(str(seed) for seed in range(args.background))
+            session.submit_sweep(session.plan_sweep(CONFIG, "trl", "sft", sweep=[f"seed={values}"], name="bg"))
+            watch_rows(args.background)
+
+        sweep_file = folder / "sweep.yaml"
+        sweep_file.write_text(yaml.safe_dump({**CONFIG, "sweep": {"grid": {"seed": list(range(100))}}}))
+        other = f"{namespace}-k"
+        session.kube.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
+        planned = api.plan_sweep(sweep_file, "trl", "sft", name="sw", namespace=other)
+        (folder / "sweep-manifests.yaml").write_text(planned.to_yaml())
+        time.sleep(2)  # the new namespace's ServiceAccount
+        rows.append(paired("100-run sweep | one kubectl apply -f", lambda i: [*cw, "trl", "sft", str(sweep_file), "--name", "sw", *scope],
+                           lambda i: [args.kubectl, "--context", args.context, "-n", other, "apply", "-f",
+                                      str(folder / "sweep-manifests.yaml")], 1, env))  # fmt: skip
+        session.kube.request("DELETE", f"/api/v1/namespaces/{other}")
+    finally:
+        session.kube.request("DELETE", f"/api/v1/namespaces/{namespace}")
+        shutil.rmtree(folder, ignore_errors=True)
+    print(f"medians of {args.runs} paired runs, ms ({os.cpu_count()} cores)")
+    print(f"| {'command | peer':44} | {'cw':>7} | {'peer':>7} | ratio |")
+    print(f"|{'-' * 46}|{'-' * 9}|{'-' * 9}|-------|")
+    for label, mine, theirs in rows:
+        print(_row(label, mine, theirs))
+
+
+if __name__ == "__main__":
+    main()
