@@ -1,9 +1,26 @@
-"""Pre-launch estimates (issue 13): parameter counts first, memory later.
+"""Pre-launch estimates (issue 13): parameter counts and per-GPU memory.
 
 Everything here is pure and cheap: no torch or transformers import at module level, so the
 launch path can use it without slowing down.
 """
 
+from cw_cli.estimate.fit import RoleVerdict, Suggestion, Verdict, fits, suggestions
+from cw_cli.estimate.gpus import (
+    GpuMemory,
+    gpu_memory_from_node,
+    gpu_memory_from_nodes,
+    gpu_memory_from_product,
+    parse_memory,
+)
+from cw_cli.estimate.memory import (
+    Estimate,
+    TrainerMemory,
+    TrainingSetup,
+    VllmMemory,
+    VllmSetup,
+    estimate_memory,
+    kv_bytes_per_token,
+)
 from cw_cli.estimate.params import (
     ParamCounts,
     UnknownArchitectureError,
@@ -12,8 +29,25 @@ from cw_cli.estimate.params import (
 )
 
 __all__ = [
+    "Estimate",
+    "GpuMemory",
     "ParamCounts",
+    "RoleVerdict",
+    "Suggestion",
+    "TrainerMemory",
+    "TrainingSetup",
     "UnknownArchitectureError",
+    "Verdict",
+    "VllmMemory",
+    "VllmSetup",
     "count_parameters",
+    "estimate_memory",
+    "fits",
+    "gpu_memory_from_node",
+    "gpu_memory_from_nodes",
+    "gpu_memory_from_product",
+    "kv_bytes_per_token",
     "lora_trainable_parameters",
+    "parse_memory",
+    "suggestions",
 ]

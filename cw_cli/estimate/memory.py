@@ -1,0 +1,742 @@
+"""Per-GPU memory of a training run (and of its vLLM servers), from config.json and the setup.
+
+Pure Python and cheap (no torch import): the launch path calls it before a run takes a queue
+slot. The formulas, their sources and how close they came to measurements are in
+docs/estimate.md. Byte counts are per GPU (per process) unless a name says otherwise.
+
+The trainer's peak is the largest of four moments, not the sum of every term:
+
+- forward/backward, at the loss: weights, master weights, optimizer states, gathered
+  ZeRO-3/FSDP layers, weight copies, gradients that persist (accumulation, DDP buckets), the
+  saved activations, and the larger of the logits/loss buffers and one layer's backward;
+- end of backward: every gradient, plus the first layer's activations and backward buffers;
+- optimizer step: weights, master weights, optimizer states, all gradients and the step's
+  temporaries (activations are gone);
+- generation (GRPO without vLLM): weights, states and the KV cache of ``model.generate``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from cw_cli.estimate import activations as act
+from cw_cli.estimate.params import (
+    ALL_LINEAR,
+    Architecture,
+    architecture,
+    count_parameters,
+    lora_trainable_parameters,
+)
+from cw_cli.estimate.shapes import ModelShape, model_shape, tied_embeddings
+
+GIB = 1024**3
+
+DTYPE_BYTES: dict[str, int] = {
+    "fp32": 4, "float32": 4, "float": 4,
+    "bf16": 2, "bfloat16": 2,
+    "fp16": 2, "float16": 2, "half": 2,
+    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
+}
+
+# bitsandbytes storage per quantised weight element (QLoRA base): 4-bit packs two per byte,
+# with one absmax per 64-element block (fp32, or 8-bit plus an fp32 per 256 blocks when
+# double-quantised); LLM.int8 keeps one byte and an fp32 scale per output row (negligible).
+QUANT_BYTES: dict[str, float] = {
+    "nf4": 0.5 + 4 / 64,
+    "fp4": 0.5 + 4 / 64,
+    "nf4-double": 0.5 + 1 / 64 + 4 / (64 * 256),
+    "fp4-double": 0.5 + 1 / 64 + 4 / (64 * 256),
+    "int8": 1.0,
+}
+
+# Optimizer (Hugging Face ``optim`` names): state bytes per trainable element given the
+# parameter's bytes p, and whether the step allocates a state-sized temporary (torch's
+# foreach AdamW takes sqrt(v) of the whole parameter list at once; the fused kernel does not).
+_OPTIMIZERS: dict[str, tuple[str, bool]] = {
+    "adamw_torch_fused": ("2p", False),
+    "adamw_torch": ("2p", True),
+    "adamw": ("2p", True),
+    "adam": ("2p", True),
+    "adamw_8bit": ("2", False),
+    "adamw_bnb_8bit": ("2", False),
+    "paged_adamw_8bit": ("2", False),
+    "adamw_torch_4bit": ("1", False),
+    "paged_adamw_32bit": ("8", False),
+    "adamw_bnb_32bit": ("8", False),
+    "sgd": ("0", False),
+    "adafactor": ("0", False),
+    "lion_8bit": ("1", False),
+    "paged_lion_8bit": ("1", False),
+    "lion_32bit": ("4", False),
+}
+
+# CUDA context, cuBLAS/cuDNN workspaces and kernels: outside torch's allocator, so not in
+# torch.cuda.max_memory_allocated, but they take GPU memory (0.5-0.8 GiB on recent GPUs).
+CUDA_CONTEXT_BYTES = int(0.75 * GIB)
+# NCCL's communicator buffers when there is more than one process.
+NCCL_BYTES = int(0.5 * GIB)
+# The caching allocator reserves more than it hands out (block rounding, fragmentation).
+FRAGMENTATION = 0.05
+
+# vLLM outside its KV cache: CUDA context, NCCL and CUDA graphs (captured for max_num_seqs).
+VLLM_BASE_BYTES = int(1.5 * GIB)
+
+# DeepSpeed ZeRO-3 converts gradients to fp32 per optimizer sub-group (sub_group_size).
+_DS_SUB_GROUP = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """How a run trains, as read from the framework's config and the launch options.
+
+    Attributes:
+        method: ``"full"``, ``"lora"`` or ``"qlora"``.
+        lora_rank: LoRA rank r.
+        lora_targets: PEFT ``target_modules``: leaf names or ``"all-linear"``.
+        lora_dropout: PEFT ``lora_dropout``.
+        train_embeddings: Embedding and LM head trained beside LoRA (``modules_to_save``,
+            which keeps a trainable copy next to the frozen original).
+        weight_dtype: Dtype the (non-quantised) weights are loaded in: ``"fp32"``,
+            ``"bf16"``, ``"fp16"``. TRL loads in fp32 unless ``model_init_kwargs.dtype`` says
+            otherwise; Axolotl loads in bf16 with ``bf16: true``.
+        quantization: QLoRA base format: ``"nf4"``, ``"fp4"`` or ``"int8"`` (``"nf4"`` when
+            ``method="qlora"`` and unset).
+        double_quant: bitsandbytes ``bnb_4bit_use_double_quant``.
+        adapter_dtype: Dtype of LoRA weights; None means PEFT's default, fp32 (it upcasts
+            bf16/fp16 adapters), except under ZeRO-3 where TRL keeps the base dtype.
+        mixed_precision: ``"bf16"``, ``"fp16"`` or ``"no"`` (the Trainer's ``bf16``/``fp16``).
+        optimizer: Hugging Face ``optim`` name (``adamw_torch_fused`` is the Trainer default
+            with torch >= 2.8); unknown names are counted as AdamW with a note.
+        zero_stage: DeepSpeed ZeRO stage 0-3, or None when DeepSpeed is not used.
+        fsdp: FSDP full shard (counted like ZeRO-3 with fp32 sharded parameters).
+        offload_optimizer: Optimizer states (and DeepSpeed's fp32 master) live on the CPU.
+        offload_params: ZeRO-3/FSDP parameters live on the CPU between uses.
+        gpus_per_node: GPUs (processes) per node.
+        nodes: Nodes.
+        micro_batch: Sequences per GPU per forward (``per_device_train_batch_size``).
+        gradient_accumulation: Micro-batches per optimizer step.
+        seq_len: Tokens per sequence (``max_length``; padded batches are counted at the max).
+        packing: Sequences are packed (or padding-free): no padding mask.
+        gradient_checkpointing: Recompute each layer in backward (TRL's default is True).
+        attention: ``"sdpa"``, ``"flash_attention_2"`` or ``"eager"``.
+        preference_pairs: Each example is a chosen/rejected pair run together (DPO).
+        reference_model: A frozen copy of the model is kept (DPO, or GRPO with ``beta > 0``,
+            without PEFT).
+        num_generations: GRPO completions per prompt (None when not GRPO).
+        generation_batch_size: GRPO completions per generation round, all processes together
+            (TRL's default: micro batch × processes × gradient accumulation).
+        max_prompt_length: GRPO prompt length.
+        max_completion_length: GRPO completion length (the logits are computed for these).
+    """
+
+    method: str = "full"
+    lora_rank: int = 16
+    lora_targets: tuple[str, ...] | str = ALL_LINEAR
+    lora_dropout: float = 0.0
+    train_embeddings: bool = False
+    weight_dtype: str = "bf16"
+    quantization: str | None = None
+    double_quant: bool = True
+    adapter_dtype: str | None = None
+    mixed_precision: str = "bf16"
+    optimizer: str = "adamw_torch_fused"
+    zero_stage: int | None = None
+    fsdp: bool = False
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    gpus_per_node: int = 1
+    nodes: int = 1
+    micro_batch: int = 1
+    gradient_accumulation: int = 1
+    seq_len: int = 2048
+    packing: bool = False
+    gradient_checkpointing: bool = False
+    attention: str = "sdpa"
+    preference_pairs: bool = False
+    reference_model: bool = False
+    num_generations: int | None = None
+    generation_batch_size: int | None = None
+    max_prompt_length: int = 512
+    max_completion_length: int = 256
+
+    @property
+    def world_size(self) -> int:
+        """Processes (GPUs) training together."""
+        return self.gpus_per_node * self.nodes
+
+    @property
+    def grpo(self) -> bool:
+        """Whether this is a GRPO run (generation, then training on the completions)."""
+        return self.num_generations is not None
+
+
+@dataclass(frozen=True)
+class VllmSetup:
+    """A vLLM engine beside the trainer (TRL's ``use_vllm``).
+
+    Attributes:
+        mode: ``"server"`` (its own GPUs, ``trl vllm-serve``) or ``"colocate"`` (an engine
+            inside each trainer process, on the trainer's GPUs).
+        gpu_memory_utilization: Fraction of each GPU vLLM takes (vLLM's default 0.9; TRL's
+            colocate default 0.3).
+        tensor_parallel: GPUs one engine spans.
+        max_model_len: Longest sequence; None means the model's ``max_position_embeddings``.
+        weight_dtype: Dtype vLLM loads; None means the checkpoint's ``torch_dtype``.
+        kv_cache_dtype: ``"auto"`` (the weights' dtype) or ``"fp8"``.
+        max_num_seqs: vLLM's ``max_num_seqs`` (its sampler and CUDA graphs scale with it).
+        max_num_batched_tokens: Tokens in vLLM's profiling forward (its activation peak).
+        enable_sleep_mode: Colocated engine frees its memory while the trainer trains.
+    """
+
+    mode: str = "server"
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel: int = 1
+    max_model_len: int | None = None
+    weight_dtype: str | None = None
+    kv_cache_dtype: str = "auto"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    enable_sleep_mode: bool = False
+
+
+@dataclass(frozen=True)
+class TrainerMemory:
+    """Per-GPU bytes of the trainer (``role="trainer"``).
+
+    Attributes:
+        role: Always ``"trainer"``.
+        world_size: Processes training together.
+        weights_bytes: Parameters held on the GPU (sharded under ZeRO-3/FSDP; quantised
+            base for QLoRA).
+        gradients_bytes: Gradients of the trainable parameters (sharded from ZeRO-2), plus
+            DDP's bucket copy when there is more than one process.
+        optimizer_states_bytes: Optimizer states (sharded from ZeRO-1; 0 when offloaded).
+        master_weights_bytes: fp32 master copy DeepSpeed keeps under mixed precision.
+        gathered_weights_bytes: ZeRO-3/FSDP layers all-gathered for compute, and their
+            unreduced gradients.
+        weight_copies_bytes: Copies of weights kept for backward: autocast's low-precision
+            casts of wider weights, PEFT's merged expert weights.
+        activations_bytes: Activations as configured (with or without checkpointing).
+        activations_no_checkpointing_bytes: Activations without gradient checkpointing.
+        activations_checkpointing_bytes: Activations with gradient checkpointing.
+        logits_bytes: Logits and loss buffers at their peak (fp32 upcast and gradients).
+        optimizer_step_bytes: Temporaries of the optimizer step.
+        reference_model_bytes: Frozen reference model (DPO, GRPO with a KL term).
+        generation_bytes: KV cache and logits of ``model.generate`` (GRPO without vLLM).
+        overhead_bytes: CUDA context, NCCL buffers and allocator fragmentation.
+        allocated_bytes: Peak of live tensors (comparable with
+            ``torch.cuda.max_memory_allocated``).
+        per_gpu_bytes: ``allocated_bytes`` + ``overhead_bytes``: what the GPU must hold.
+        peak_phase: ``"forward_backward"`` (at the loss), ``"backward_end"`` (all gradients
+            and the first layer's backward), ``"optimizer_step"`` or ``"generation"``.
+        cpu_offload_bytes: Bytes per process moved to CPU memory by offloading.
+        colocated_vllm_bytes: GPU memory a colocated vLLM engine takes beside the trainer
+            (``gpu_memory_utilization`` × GPU memory; 0 without one or without a GPU size).
+        tokens_per_micro_batch: Tokens one forward sees.
+    """
+
+    role: str
+    world_size: int
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_states_bytes: int
+    master_weights_bytes: int
+    gathered_weights_bytes: int
+    weight_copies_bytes: int
+    activations_bytes: int
+    activations_no_checkpointing_bytes: int
+    activations_checkpointing_bytes: int
+    logits_bytes: int
+    optimizer_step_bytes: int
+    reference_model_bytes: int
+    generation_bytes: int
+    overhead_bytes: int
+    allocated_bytes: int
+    per_gpu_bytes: int
+    peak_phase: str
+    cpu_offload_bytes: int
+    colocated_vllm_bytes: int
+    tokens_per_micro_batch: int
+
+
+@dataclass(frozen=True)
+class VllmMemory:
+    """Per-GPU bytes of a vLLM engine (``role="vllm"``).
+
+    Attributes:
+        role: Always ``"vllm"``.
+        mode: ``"server"`` or ``"colocate"``.
+        tensor_parallel: GPUs one engine spans.
+        gpu_memory_utilization: Fraction of the GPU vLLM takes.
+        weights_bytes: Weights per GPU (the model / tensor parallel).
+        overhead_bytes: Non-KV memory: context, CUDA graphs, activation and sampler peak.
+        kv_bytes_per_token: KV cache per token per GPU: 2 × layers × kv_heads/TP × head_dim
+            × dtype bytes.
+        max_model_len: Longest sequence the engine accepts.
+        min_per_gpu_bytes: What vLLM needs to start: weights, overhead and the KV cache of one
+            ``max_model_len`` sequence.
+        kv_cache_bytes: KV cache budget per GPU (utilization × GPU − weights − overhead);
+            None without a GPU size.
+        kv_cache_tokens: Tokens that budget holds (None without a GPU size).
+        max_sequences: Sequences of ``max_model_len`` that fit at once (None without a GPU).
+        generation_tokens: Tokens one generation round asks of this engine (GRPO), 0 when
+            unknown.
+        per_gpu_bytes: What the engine takes: utilization × GPU memory, or
+            ``min_per_gpu_bytes`` without a GPU size.
+        sleep_mode: A colocated engine releases its memory while the trainer trains.
+    """
+
+    role: str
+    mode: str
+    tensor_parallel: int
+    gpu_memory_utilization: float
+    weights_bytes: int
+    overhead_bytes: int
+    kv_bytes_per_token: int
+    max_model_len: int
+    min_per_gpu_bytes: int
+    kv_cache_bytes: int | None
+    kv_cache_tokens: int | None
+    max_sequences: int | None
+    generation_tokens: int
+    per_gpu_bytes: int
+    sleep_mode: bool = False
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The whole estimate: model size and one breakdown per role.
+
+    Attributes:
+        model_type: The config's ``model_type``.
+        parameters: Total parameters.
+        active_parameters: Parameters one token uses (MoE), else the total.
+        trainable_parameters: Parameters the optimizer updates.
+        counting: How the parameters were counted (``"formula"`` or ``"meta-device"``).
+        gpu_memory_bytes: Memory of one GPU when known.
+        trainer: The trainer's breakdown.
+        vllm: The vLLM engine's breakdown, or None.
+        notes: Caveats (approximations, assumptions).
+    """
+
+    model_type: str
+    parameters: int
+    active_parameters: int
+    trainable_parameters: int
+    counting: str
+    gpu_memory_bytes: int | None
+    trainer: TrainerMemory
+    vllm: VllmMemory | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict with stable keys, for ``-o json``."""
+        return asdict(self)
+
+
+# --- parameter groups -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Params:
+    """Parameter counts by what they are, for dtypes and sharding."""
+
+    total: int
+    linear: int  # decoder nn.Linear weights (what bitsandbytes quantises)
+    matmul: int  # everything multiplied in a matmul under autocast: linears, routers, head
+    experts: int  # fused routed experts (3-D tensors)
+    embedding: int
+    lm_head: int
+    largest_module: int  # DeepSpeed's "largest layer": the biggest single module
+    largest_layer: int  # the biggest decoder layer (FSDP's wrap unit)
+    lora_experts: bool  # PEFT's all-linear adapts fused experts
+    lora_experts_per_rank: int = 0  # their adapter parameters per unit of rank
+
+
+def _param_groups(config: Mapping[str, Any], arch: Architecture | None, total: int,
+                  shape: ModelShape, targets: set[str]) -> _Params:
+    embed = shape.vocab * shape.hidden
+    head = 0 if tied_embeddings(config) else embed
+    if arch is None:  # unknown family: a Llama-like reading of the config
+        per_layer = (2 * shape.hidden * shape.q_dim + 2 * shape.hidden * shape.kv_dim
+                     + 3 * shape.hidden * shape.intermediate)
+        linear = per_layer * shape.layers
+        return _Params(total, linear, linear + embed, 0, embed, head,
+                       max(embed, shape.hidden * shape.intermediate), per_layer, False)
+    linear = sum(lin.in_features * lin.out_features for layer in arch.layers
+                 for lin in layer.linears)
+    experts = sum(layer.experts_total for layer in arch.layers)
+    routers = sum(shape.experts * shape.hidden for i in range(len(arch.layers))
+                  if i in shape.moe_layers)
+    biggest_linear = max(
+        (lin.parameters for layer in arch.layers for lin in layer.linears), default=0
+    )
+    biggest_experts = max((layer.experts_total for layer in arch.layers), default=0)
+    lora_experts = ALL_LINEAR in targets and any(layer.all_linear_per_rank for layer in arch.layers)
+    return _Params(
+        total=total,
+        linear=linear,
+        matmul=linear + routers + embed,  # the head's matmul uses V·H whether tied or not
+        experts=experts,
+        embedding=embed,
+        lm_head=head,
+        largest_module=max(embed, biggest_linear, biggest_experts),
+        largest_layer=max(layer.total for layer in arch.layers),
+        lora_experts=lora_experts,
+        lora_experts_per_rank=sum(layer.all_linear_per_rank for layer in arch.layers)
+        if lora_experts else 0,
+    )
+
+
+def _dtype_bytes(name: str) -> int:
+    try:
+        return DTYPE_BYTES[name.lower()]
+    except KeyError as err:
+        raise ValueError(f"unknown dtype {name!r} (known: {', '.join(DTYPE_BYTES)})") from err
+
+
+def _optimizer_bytes(optimizer: str, param_bytes: int, notes: list[str]) -> tuple[float, bool]:
+    """State bytes per trainable element and whether the step needs a state-sized temporary."""
+    kind, temp = _OPTIMIZERS.get(optimizer.lower(), ("2p", False))
+    if optimizer.lower() not in _OPTIMIZERS:
+        notes.append(f"optimizer {optimizer!r} is counted as AdamW (two states per parameter)")
+    per = 2 * param_bytes if kind == "2p" else float(kind)
+    if optimizer.lower() in ("adafactor",):
+        notes.append("adafactor's factored states are counted as 0 (rows + columns per matrix)")
+    return per, temp
+
+
+# --- the estimate -----------------------------------------------------------------------------
+
+
+def estimate_memory(
+    config: Mapping[str, Any],
+    setup: TrainingSetup,
+    vllm: VllmSetup | None = None,
+    gpu_memory_bytes: int | None = None,
+) -> Estimate:
+    """Estimate per-GPU memory of the trainer (and of a vLLM engine) for a run.
+
+    Args:
+        config: The model's parsed config.json.
+        setup: How the run trains.
+        vllm: The vLLM engine beside the trainer, if any.
+        gpu_memory_bytes: Memory of one GPU, when known: needed for vLLM's KV cache budget
+            and for the share a colocated engine takes.
+
+    Returns:
+        The estimate; ``to_dict()`` gives its JSON form.
+
+    Raises:
+        ValueError: Unknown dtype or method, or a config without the fields needed.
+        UnknownArchitectureError: See :func:`cw_cli.estimate.count_parameters`.
+    """
+    notes: list[str] = []
+    counts = count_parameters(config)
+    notes.extend(counts.notes)
+    shape = model_shape(config)
+    if not shape.known:
+        notes.append(f"activations of model_type {shape.model_type!r} are estimated as for a "
+                     "Llama-style decoder")
+    arch = architecture(config)
+    method = setup.method.lower()
+    if method not in ("full", "lora", "qlora"):
+        raise ValueError(f"unknown method {setup.method!r} (full, lora or qlora)")
+    lora = method != "full"
+    targets = ({setup.lora_targets} if isinstance(setup.lora_targets, str)
+               else set(setup.lora_targets))
+    groups = _param_groups(config, arch, counts.total_parameters, shape, targets if lora else set())
+    trainable = counts.total_parameters
+    if lora:
+        trainable = lora_trainable_parameters(config, setup.lora_rank, setup.lora_targets,
+                                              setup.train_embeddings)
+    trainer = _trainer(config, setup, shape, groups, trainable, lora, notes,
+                       vllm, gpu_memory_bytes)
+    engine = _vllm(setup, vllm, shape, counts.total_parameters, gpu_memory_bytes) if vllm else None
+    return Estimate(
+        model_type=counts.model_type,
+        parameters=counts.total_parameters,
+        active_parameters=counts.active_parameters,
+        trainable_parameters=trainable,
+        counting=counts.method,
+        gpu_memory_bytes=gpu_memory_bytes,
+        trainer=trainer,
+        vllm=engine,
+        notes=tuple(notes),
+    )
+
+
+def _trainer(
+    config: Mapping[str, Any],
+    s: TrainingSetup,
+    shape: ModelShape,
+    p: _Params,
+    trainable: int,
+    lora: bool,
+    notes: list[str],
+    vllm: VllmSetup | None,
+    gpu_memory_bytes: int | None,
+) -> TrainerMemory:
+    world = s.world_size
+    ds = s.zero_stage is not None
+    stage = s.zero_stage or 0
+    mixed = s.mixed_precision.lower() in ("bf16", "fp16", "bfloat16", "float16")
+    w = _dtype_bytes(s.weight_dtype)
+    b = 2 if mixed else w  # what matmuls produce
+    shard_params = world if (ds and stage >= 3) or s.fsdp else 1
+    shard_grads = world if (ds and stage >= 2) or s.fsdp else 1
+    shard_states = world if (ds and stage >= 1) or s.fsdp else 1
+
+    # storage of the trainable and of the frozen parameters
+    if ds and mixed:  # DeepSpeed casts the module to the compute dtype, keeps fp32 masters
+        w_frozen, w_train = b, b
+    elif s.fsdp and mixed:  # Accelerate upcasts trainable parameters to fp32 under FSDP
+        w_frozen, w_train = w, 4
+    else:
+        w_frozen, w_train = w, w
+    if lora:
+        adapter = s.adapter_dtype or (s.weight_dtype if ds and stage >= 3 else "fp32")
+        w_train = 4 if s.fsdp and mixed else _dtype_bytes(adapter)
+    frozen = p.total - (0 if lora else p.total)
+    quant = s.quantization or ("nf4" if s.method.lower() == "qlora" else None)
+    if quant:
+        key = f"{quant}-double" if s.double_quant and quant in ("nf4", "fp4") else quant
+        q_bytes = QUANT_BYTES[key]
+        frozen_bytes = p.linear * q_bytes + (frozen - p.linear) * w_frozen
+        notes.append(f"base linear weights in {quant} ({q_bytes:.3f} bytes per weight); "
+                     "fused MoE experts, embeddings and norms are not quantised")
+    else:
+        frozen_bytes = frozen * w_frozen
+    if lora and s.train_embeddings:
+        frozen_bytes += (p.embedding + p.lm_head) * w_frozen  # modules_to_save keeps originals
+    weights = (frozen_bytes + trainable * w_train) / shard_params
+    cpu = 0.0
+    if s.offload_params and shard_params > 1:
+        cpu += weights
+        weights = 0.0
+
+    # gradients, optimizer states, master weights
+    grad_bytes = w_train
+    grads = trainable * grad_bytes / shard_grads
+    buckets = trainable * grad_bytes if not ds and not s.fsdp and world > 1 else 0.0
+    states_per, foreach_temp = _optimizer_bytes(s.optimizer, 4 if (ds and mixed) else w_train,
+                                                notes)
+    states = trainable * states_per / shard_states
+    master = trainable * 4.0 / shard_states if ds and mixed else 0.0
+    if ds and mixed:  # fp32 gradient partition for the optimizer step
+        part = trainable / shard_states
+        step_temp = 4.0 * (min(part, _DS_SUB_GROUP) if stage >= 3 else part)
+    else:
+        step_temp = trainable * w_train / shard_states if foreach_temp else 0.0
+    if s.offload_optimizer:
+        cpu += states + master + trainable * 4.0 / shard_states
+        states = master = step_temp = 0.0
+        if ds:
+            grads = 0.0  # reduced gradients are copied to the CPU optimizer
+    gradients = grads + buckets
+    persistent_grads = buckets + (grads if s.gradient_accumulation > 1 else 0.0)
+
+    # ZeRO-3/FSDP: layers gathered for compute, and their gradients before reduce-scatter
+    gathered = 0.0
+    if ds and stage >= 3:
+        gathered = 2.0 * b * p.largest_module
+    elif s.fsdp:
+        gathered = b * (p.embedding + p.lm_head + 2 * p.largest_layer)
+
+    # activations and logits
+    setup_c = _compute_setup(s, shape, lora, targets_of(s), mixed, w, b, ds, p, w_train)
+    seqs = s.micro_batch * (2 if s.preference_pairs else 1)
+    seq = s.max_prompt_length + s.max_completion_length if s.grpo else s.seq_len
+    tokens = seqs * seq
+    setup_c = replace(setup_c, seq_len=seq)
+    layer = [act.layer_bytes_per_token(shape, setup_c, i) for i in range(shape.layers)]
+    head = act.head_bytes_per_token(shape, setup_c)
+    no_ckpt = tokens * (sum(layer) + head)
+    ckpt = tokens * (shape.layers * act.checkpointed_layer_input_bytes(shape, setup_c)
+                     + max(layer) + head)
+    activations = ckpt if s.gradient_checkpointing else no_ckpt
+    logit_tokens = seqs * (s.max_completion_length + 1 if s.grpo else seq)
+    logits = logit_tokens * act.logits_bytes_per_token(shape, setup_c)
+
+    copies = _weight_copies(s, p, lora, mixed, w, b, ds, trainable, shape)
+    reference = 0.0
+    if s.reference_model:
+        reference = p.total * (b if ds and mixed else w) / shard_params
+
+    # generation inside the trainer (GRPO without vLLM): HF generate's KV cache and logits
+    generation = 0.0
+    if s.grpo and vllm is None:
+        per_rank = math.ceil(_generation_batch(s) / world)
+        generation = per_rank * seq * kv_bytes_per_token(shape, b) + per_rank * shape.vocab * 4
+        if shard_params > 1:
+            generation += p.total * b  # ZeRO-3 gathers the whole model to generate
+
+    # The loss's backward (logits buffers) and a layer's backward (its recomputed activations
+    # with checkpointing, and the gradients flowing through it) do not coexist.
+    layer_backward = tokens * (act.backward_transient_bytes_per_token(shape, setup_c)
+                               + (max(layer) if s.gradient_checkpointing else 0.0))
+    transient = max(logits, layer_backward)
+    at_loss = activations - (tokens * max(layer) if s.gradient_checkpointing else 0.0)
+    base = weights + master + states + reference
+    phases = {
+        "forward_backward": (base + gathered + copies + persistent_grads + at_loss
+                             + transient),
+        # the first layer's backward: every gradient exists, its activations still do
+        "backward_end": (base + gathered + copies + gradients + layer_backward
+                         + (0.0 if s.gradient_checkpointing else tokens * layer[0])),
+        "optimizer_step": base + gradients + step_temp,
+        "generation": base + persistent_grads + generation if generation else 0.0,
+    }
+    peak_phase = max(phases, key=lambda k: phases[k])
+    allocated = phases[peak_phase]
+    overhead = CUDA_CONTEXT_BYTES + (NCCL_BYTES if world > 1 else 0) + FRAGMENTATION * allocated
+    colocated = 0
+    if vllm is not None and vllm.mode == "colocate" and gpu_memory_bytes:
+        colocated = int(vllm.gpu_memory_utilization * gpu_memory_bytes)
+    return TrainerMemory(
+        role="trainer",
+        world_size=world,
+        weights_bytes=int(weights),
+        gradients_bytes=int(gradients),
+        optimizer_states_bytes=int(states),
+        master_weights_bytes=int(master),
+        gathered_weights_bytes=int(gathered),
+        weight_copies_bytes=int(copies),
+        activations_bytes=int(activations),
+        activations_no_checkpointing_bytes=int(no_ckpt),
+        activations_checkpointing_bytes=int(ckpt),
+        logits_bytes=int(logits),
+        optimizer_step_bytes=int(step_temp),
+        reference_model_bytes=int(reference),
+        generation_bytes=int(generation),
+        overhead_bytes=int(overhead),
+        allocated_bytes=int(allocated),
+        per_gpu_bytes=int(allocated + overhead),
+        peak_phase=peak_phase,
+        cpu_offload_bytes=int(cpu),
+        colocated_vllm_bytes=colocated,
+        tokens_per_micro_batch=tokens,
+    )
+
+
+def targets_of(s: TrainingSetup) -> frozenset[str]:
+    """The LoRA targets of a setup as a set of names."""
+    if isinstance(s.lora_targets, str):
+        return frozenset({s.lora_targets})
+    return frozenset(s.lora_targets)
+
+
+def _compute_setup(s: TrainingSetup, shape: ModelShape, lora: bool, targets: frozenset[str],
+                   mixed: bool, w: int, b: int, ds: bool, p: _Params,
+                   w_train: int) -> act.ComputeSetup:
+    # DeepSpeed casts the model and FSDP gathers it in the compute dtype: no autocast copies,
+    # a residual stream in the compute dtype. Plain torch runs the Trainer's autocast.
+    autocast = mixed and not ds and not s.fsdp
+    residual = w if autocast else b
+    return act.ComputeSetup(
+        compute_bytes=b,
+        weight_bytes=residual,
+        autocast=autocast,
+        full=not lora,
+        train_head=lora and s.train_embeddings,
+        lora_targets=targets if lora else frozenset(),
+        lora_experts=lora and p.lora_experts,
+        lora_rank=s.lora_rank if lora else 0,
+        lora_dropout=s.lora_dropout if lora else 0.0,
+        adapter_bytes=w_train,
+        repeat_kv=s.attention == "sdpa" and not s.packing and s.micro_batch > 1,
+        eager_attention=s.attention == "eager",
+    )
+
+
+def _weight_copies(s: TrainingSetup, p: _Params, lora: bool, mixed: bool, w: int, b: int,
+                   ds: bool, trainable: int, shape: ModelShape) -> float:
+    """Weight-sized tensors kept for backward beside the weights themselves."""
+    copies = 0.0
+    per_layer = 1.0 / max(shape.layers, 1)
+    if mixed and not ds and not s.fsdp:
+        # autocast casts each wider weight to the compute dtype and the matmul keeps the cast
+        base = p.matmul - (p.linear if s.quantization or s.method == "qlora" else 0)
+        wide = base * b if w > b else 0.0
+        adapters = trainable * b if lora else 0.0
+        if s.gradient_checkpointing and lora:
+            # frozen casts are not cached: only the layer being recomputed holds them
+            wide = (p.embedding + (base - p.embedding) * per_layer) * b if w > b else 0.0
+        copies += wide + adapters
+    if lora and p.lora_experts:
+        # PEFT 0.21 merges W + BA for fused experts (its A and B cast to the experts' dtype)
+        # and the grouped matmul keeps the merged weight
+        merged = (p.experts + s.lora_rank * p.lora_experts_per_rank) * b
+        copies += merged * per_layer if s.gradient_checkpointing else merged
+    if shape.norm == "gemma" and not lora:
+        # Gemma's RMSNorm multiplies by (1 + weight) in fp32 and keeps that vector
+        per = shape.norms_per_layer * shape.hidden + (2 * shape.head_dim if shape.qk_norm else 0)
+        copies += 4 * per * (1 if s.gradient_checkpointing else shape.layers)
+    return copies
+
+
+def kv_bytes_per_token(shape: ModelShape, dtype_bytes: int, tensor_parallel: int = 1) -> int:
+    """KV cache bytes per token on one GPU: 2 (K and V) × layers × kv heads × head size.
+
+    Args:
+        shape: The model's dimensions.
+        dtype_bytes: Bytes per cached element.
+        tensor_parallel: GPUs the heads are split over (a head is replicated when there are
+            fewer KV heads than GPUs).
+    """
+    heads = math.ceil(shape.kv_heads / tensor_parallel)
+    return 2 * shape.layers * heads * shape.head_dim * dtype_bytes
+
+
+def _generation_batch(s: TrainingSetup) -> int:
+    if s.generation_batch_size:
+        return s.generation_batch_size
+    return s.micro_batch * s.world_size * s.gradient_accumulation
+
+
+def _vllm(s: TrainingSetup, v: VllmSetup, shape: ModelShape, total: int,
+          gpu_memory_bytes: int | None) -> VllmMemory:
+    tp = max(v.tensor_parallel, 1)
+    wb = _dtype_bytes(v.weight_dtype or shape.dtype)
+    kvb = wb if v.kv_cache_dtype == "auto" else _dtype_bytes(v.kv_cache_dtype)
+    weights = total * wb / tp
+    # profiling forward of max_num_batched_tokens (hidden, q/k/v, gate and up outputs) and the
+    # sampler's fp32 logits and probabilities for max_num_seqs
+    width = shape.hidden + shape.q_dim + 2 * shape.kv_dim
+    width += 2 * (shape.top_k * shape.expert_intermediate if shape.experts else shape.intermediate)
+    overhead = (VLLM_BASE_BYTES + v.max_num_batched_tokens * width * wb / tp
+                + v.max_num_seqs * shape.vocab * 4 * 2)
+    per_token = kv_bytes_per_token(shape, kvb, tp)
+    max_len = v.max_model_len or shape.max_position_embeddings
+    minimum = weights + overhead + max_len * per_token
+    kv_budget = kv_tokens = max_seqs = None
+    if gpu_memory_bytes:
+        kv_budget = int(v.gpu_memory_utilization * gpu_memory_bytes - weights - overhead)
+        kv_tokens = max(kv_budget, 0) // per_token
+        max_seqs = kv_tokens // max_len
+    generation_tokens = 0
+    if s.grpo:
+        engines = s.world_size // tp if v.mode == "colocate" else 1
+        seqs = math.ceil(_generation_batch(s) / max(engines, 1))
+        generation_tokens = seqs * (s.max_prompt_length + s.max_completion_length)
+    taken = int(v.gpu_memory_utilization * gpu_memory_bytes) if gpu_memory_bytes else int(minimum)
+    return VllmMemory(
+        role="vllm",
+        mode=v.mode,
+        tensor_parallel=tp,
+        gpu_memory_utilization=v.gpu_memory_utilization,
+        weights_bytes=int(weights),
+        overhead_bytes=int(overhead),
+        kv_bytes_per_token=per_token,
+        max_model_len=max_len,
+        min_per_gpu_bytes=int(minimum),
+        kv_cache_bytes=kv_budget,
+        kv_cache_tokens=kv_tokens,
+        max_sequences=max_seqs,
+        generation_tokens=generation_tokens,
+        per_gpu_bytes=taken,
+        sleep_mode=v.enable_sleep_mode and v.mode == "colocate",
+    )
