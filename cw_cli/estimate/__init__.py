@@ -12,15 +12,8 @@ from cw_cli.estimate.gpus import (
     gpu_memory_from_product,
     parse_memory,
 )
-from cw_cli.estimate.memory import (
-    Estimate,
-    TrainerMemory,
-    TrainingSetup,
-    VllmMemory,
-    VllmSetup,
-    estimate_memory,
-    kv_bytes_per_token,
-)
+from cw_cli.estimate.memory import Estimate, TrainerMemory, TrainingSetup, estimate_memory
+from cw_cli.estimate.vllm import VllmMemory, VllmSetup, kv_bytes_per_token, vllm_memory
 from cw_cli.estimate.params import (
     ParamCounts,
     UnknownArchitectureError,
@@ -50,4 +43,5 @@ __all__ = [
     "lora_trainable_parameters",
     "parse_memory",
     "suggestions",
+    "vllm_memory",
 ]

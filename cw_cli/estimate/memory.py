@@ -31,8 +31,12 @@ from cw_cli.estimate.params import (
     lora_trainable_parameters,
 )
 from cw_cli.estimate.shapes import ModelShape, model_shape, tied_embeddings
+from cw_cli.estimate.vllm import GIB, VllmMemory, VllmSetup, kv_bytes_per_token, vllm_memory
 
-GIB = 1024**3
+__all__ = [
+    "GIB", "Estimate", "TrainerMemory", "TrainingSetup", "VllmMemory", "VllmSetup",
+    "estimate_memory", "kv_bytes_per_token",
+]
 
 DTYPE_BYTES: dict[str, int] = {
     "fp32": 4, "float32": 4, "float": 4,
@@ -80,9 +84,6 @@ CUDA_CONTEXT_BYTES = int(0.75 * GIB)
 NCCL_BYTES = int(0.5 * GIB)
 # The caching allocator reserves more than it hands out (block rounding, fragmentation).
 FRAGMENTATION = 0.05
-
-# vLLM outside its KV cache: CUDA context, NCCL and CUDA graphs (captured for max_num_seqs).
-VLLM_BASE_BYTES = int(1.5 * GIB)
 
 # DeepSpeed ZeRO-3 converts gradients to fp32 per optimizer sub-group (sub_group_size).
 _DS_SUB_GROUP = 1_000_000_000
@@ -174,35 +175,6 @@ class TrainingSetup:
 
 
 @dataclass(frozen=True)
-class VllmSetup:
-    """A vLLM engine beside the trainer (TRL's ``use_vllm``).
-
-    Attributes:
-        mode: ``"server"`` (its own GPUs, ``trl vllm-serve``) or ``"colocate"`` (an engine
-            inside each trainer process, on the trainer's GPUs).
-        gpu_memory_utilization: Fraction of each GPU vLLM takes (vLLM's default 0.9; TRL's
-            colocate default 0.3).
-        tensor_parallel: GPUs one engine spans.
-        max_model_len: Longest sequence; None means the model's ``max_position_embeddings``.
-        weight_dtype: Dtype vLLM loads; None means the checkpoint's ``torch_dtype``.
-        kv_cache_dtype: ``"auto"`` (the weights' dtype) or ``"fp8"``.
-        max_num_seqs: vLLM's ``max_num_seqs`` (its sampler and CUDA graphs scale with it).
-        max_num_batched_tokens: Tokens in vLLM's profiling forward (its activation peak).
-        enable_sleep_mode: Colocated engine frees its memory while the trainer trains.
-    """
-
-    mode: str = "server"
-    gpu_memory_utilization: float = 0.9
-    tensor_parallel: int = 1
-    max_model_len: int | None = None
-    weight_dtype: str | None = None
-    kv_cache_dtype: str = "auto"
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    enable_sleep_mode: bool = False
-
-
-@dataclass(frozen=True)
 class TrainerMemory:
     """Per-GPU bytes of the trainer (``role="trainer"``).
 
@@ -260,50 +232,6 @@ class TrainerMemory:
     cpu_offload_bytes: int
     colocated_vllm_bytes: int
     tokens_per_micro_batch: int
-
-
-@dataclass(frozen=True)
-class VllmMemory:
-    """Per-GPU bytes of a vLLM engine (``role="vllm"``).
-
-    Attributes:
-        role: Always ``"vllm"``.
-        mode: ``"server"`` or ``"colocate"``.
-        tensor_parallel: GPUs one engine spans.
-        gpu_memory_utilization: Fraction of the GPU vLLM takes.
-        weights_bytes: Weights per GPU (the model / tensor parallel).
-        overhead_bytes: Non-KV memory: context, CUDA graphs, activation and sampler peak.
-        kv_bytes_per_token: KV cache per token per GPU: 2 × layers × kv_heads/TP × head_dim
-            × dtype bytes.
-        max_model_len: Longest sequence the engine accepts.
-        min_per_gpu_bytes: What vLLM needs to start: weights, overhead and the KV cache of one
-            ``max_model_len`` sequence.
-        kv_cache_bytes: KV cache budget per GPU (utilization × GPU − weights − overhead);
-            None without a GPU size.
-        kv_cache_tokens: Tokens that budget holds (None without a GPU size).
-        max_sequences: Sequences of ``max_model_len`` that fit at once (None without a GPU).
-        generation_tokens: Tokens one generation round asks of this engine (GRPO), 0 when
-            unknown.
-        per_gpu_bytes: What the engine takes: utilization × GPU memory, or
-            ``min_per_gpu_bytes`` without a GPU size.
-        sleep_mode: A colocated engine releases its memory while the trainer trains.
-    """
-
-    role: str
-    mode: str
-    tensor_parallel: int
-    gpu_memory_utilization: float
-    weights_bytes: int
-    overhead_bytes: int
-    kv_bytes_per_token: int
-    max_model_len: int
-    min_per_gpu_bytes: int
-    kv_cache_bytes: int | None
-    kv_cache_tokens: int | None
-    max_sequences: int | None
-    generation_tokens: int
-    per_gpu_bytes: int
-    sleep_mode: bool = False
 
 
 @dataclass(frozen=True)
@@ -453,9 +381,15 @@ def estimate_memory(
     if lora:
         trainable = lora_trainable_parameters(config, setup.lora_rank, setup.lora_targets,
                                               setup.train_embeddings)
-    trainer = _trainer(config, setup, shape, groups, trainable, lora, notes,
-                       vllm, gpu_memory_bytes)
-    engine = _vllm(setup, vllm, shape, counts.total_parameters, gpu_memory_bytes) if vllm else None
+    trainer = _trainer(setup, shape, groups, trainable, lora, notes, vllm, gpu_memory_bytes)
+    engine = None
+    if vllm is not None:
+        engine = vllm_memory(
+            vllm, shape, counts.total_parameters, gpu_memory_bytes,
+            generation_sequences=_generation_batch(setup) if setup.grpo else 0,
+            sequence_tokens=setup.max_prompt_length + setup.max_completion_length,
+            world_size=setup.world_size,
+        )
     return Estimate(
         model_type=counts.model_type,
         parameters=counts.total_parameters,
@@ -470,7 +404,6 @@ def estimate_memory(
 
 
 def _trainer(
-    config: Mapping[str, Any],
     s: TrainingSetup,
     shape: ModelShape,
     p: _Params,
@@ -500,7 +433,7 @@ def _trainer(
     if lora:
         adapter = s.adapter_dtype or (s.weight_dtype if ds and stage >= 3 else "fp32")
         w_train = 4 if s.fsdp and mixed else _dtype_bytes(adapter)
-    frozen = p.total - (0 if lora else p.total)
+    frozen = p.total if lora else 0
     quant = s.quantization or ("nf4" if s.method.lower() == "qlora" else None)
     if quant:
         key = f"{quant}-double" if s.double_quant and quant in ("nf4", "fp4") else quant
@@ -678,65 +611,9 @@ def _weight_copies(s: TrainingSetup, p: _Params, lora: bool, mixed: bool, w: int
     return copies
 
 
-def kv_bytes_per_token(shape: ModelShape, dtype_bytes: int, tensor_parallel: int = 1) -> int:
-    """KV cache bytes per token on one GPU: 2 (K and V) × layers × kv heads × head size.
-
-    Args:
-        shape: The model's dimensions.
-        dtype_bytes: Bytes per cached element.
-        tensor_parallel: GPUs the heads are split over (a head is replicated when there are
-            fewer KV heads than GPUs).
-    """
-    heads = math.ceil(shape.kv_heads / tensor_parallel)
-    return 2 * shape.layers * heads * shape.head_dim * dtype_bytes
-
-
 def _generation_batch(s: TrainingSetup) -> int:
     if s.generation_batch_size:
         return s.generation_batch_size
     return s.micro_batch * s.world_size * s.gradient_accumulation
 
 
-def _vllm(s: TrainingSetup, v: VllmSetup, shape: ModelShape, total: int,
-          gpu_memory_bytes: int | None) -> VllmMemory:
-    tp = max(v.tensor_parallel, 1)
-    wb = _dtype_bytes(v.weight_dtype or shape.dtype)
-    kvb = wb if v.kv_cache_dtype == "auto" else _dtype_bytes(v.kv_cache_dtype)
-    weights = total * wb / tp
-    # profiling forward of max_num_batched_tokens (hidden, q/k/v, gate and up outputs) and the
-    # sampler's fp32 logits and probabilities for max_num_seqs
-    width = shape.hidden + shape.q_dim + 2 * shape.kv_dim
-    width += 2 * (shape.top_k * shape.expert_intermediate if shape.experts else shape.intermediate)
-    overhead = (VLLM_BASE_BYTES + v.max_num_batched_tokens * width * wb / tp
-                + v.max_num_seqs * shape.vocab * 4 * 2)
-    per_token = kv_bytes_per_token(shape, kvb, tp)
-    max_len = v.max_model_len or shape.max_position_embeddings
-    minimum = weights + overhead + max_len * per_token
-    kv_budget = kv_tokens = max_seqs = None
-    if gpu_memory_bytes:
-        kv_budget = int(v.gpu_memory_utilization * gpu_memory_bytes - weights - overhead)
-        kv_tokens = max(kv_budget, 0) // per_token
-        max_seqs = kv_tokens // max_len
-    generation_tokens = 0
-    if s.grpo:
-        engines = s.world_size // tp if v.mode == "colocate" else 1
-        seqs = math.ceil(_generation_batch(s) / max(engines, 1))
-        generation_tokens = seqs * (s.max_prompt_length + s.max_completion_length)
-    taken = int(v.gpu_memory_utilization * gpu_memory_bytes) if gpu_memory_bytes else int(minimum)
-    return VllmMemory(
-        role="vllm",
-        mode=v.mode,
-        tensor_parallel=tp,
-        gpu_memory_utilization=v.gpu_memory_utilization,
-        weights_bytes=int(weights),
-        overhead_bytes=int(overhead),
-        kv_bytes_per_token=per_token,
-        max_model_len=max_len,
-        min_per_gpu_bytes=int(minimum),
-        kv_cache_bytes=kv_budget,
-        kv_cache_tokens=kv_tokens,
-        max_sequences=max_seqs,
-        generation_tokens=generation_tokens,
-        per_gpu_bytes=taken,
-        sleep_mode=v.enable_sleep_mode and v.mode == "colocate",
-    )

@@ -24,9 +24,9 @@ from cw_cli.estimate import TrainingSetup, estimate_memory
 from cw_cli.estimate.activations import ComputeSetup, layer_bytes_per_token
 from cw_cli.estimate.shapes import model_shape
 
-peft = pytest.importorskip("peft")
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import peft  # noqa: E402 - the train extra: a missing one fails CI instead of skipping
+import torch  # noqa: E402
+import transformers  # noqa: E402
 
 pytestmark = pytest.mark.training
 

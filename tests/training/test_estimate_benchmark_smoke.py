@@ -15,9 +15,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("peft")
-
 pytestmark = pytest.mark.training
 
 ROOT = Path(__file__).resolve().parents[2]

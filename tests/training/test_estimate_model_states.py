@@ -19,9 +19,9 @@ import pytest
 
 from cw_cli.estimate import TrainingSetup, estimate_memory
 
-peft = pytest.importorskip("peft")
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import peft  # noqa: E402 - the train extra: a missing one fails CI instead of skipping
+import torch  # noqa: E402
+import transformers  # noqa: E402
 
 pytestmark = pytest.mark.training
 

@@ -38,6 +38,15 @@ from cw_cli.estimate.activations import ComputeSetup, logits_bytes_per_token
 from cw_cli.estimate.memory import GIB, TrainerMemory
 from cw_cli.estimate.shapes import model_shape
 
+# the train extra: the comparisons run the libraries themselves (a missing one fails CI)
+import accelerate  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from accelerate.commands.estimate import (  # noqa: E402
+    calculate_maximum_sizes,
+    estimate_training_usage,
+)
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CONFIGS = FIXTURES / "model_configs"
 REFERENCE = FIXTURES / "memory_reference"
@@ -55,9 +64,6 @@ DENSE = ["meta-llama__Llama-3.1-8B", "meta-llama__Llama-3.2-3B", "Qwen__Qwen2.5-
 
 def _meta_model(config: dict[str, Any]) -> Any:
     """The model as Accelerate's estimator builds it: empty weights, fp32."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    accelerate = pytest.importorskip("accelerate")
     fields = {k: v for k, v in config.items() if k != "model_type"}
     cfg = transformers.AutoConfig.for_model(config["model_type"], **fields)
     with accelerate.init_empty_weights():
@@ -74,8 +80,6 @@ def _model_states(t: TrainerMemory) -> int:
 
 @pytest.mark.parametrize("name", DENSE)
 def test_weights_and_fp32_adam_equal_accelerate(name: str) -> None:
-    from accelerate.commands.estimate import calculate_maximum_sizes, estimate_training_usage
-
     config = _config(name)
     model = _meta_model(config)
     total, _largest = calculate_maximum_sizes(model)
@@ -99,8 +103,6 @@ def test_mixed_precision_terms_against_accelerate(name: str) -> None:
     optimizer 8Ψ. cw's weights and optimizer states must equal them; its gradients plus the
     bf16 weight copies autocast keeps must come within 5% of Accelerate's 6Ψ (cw copies only
     what a matmul uses: not the input embedding or the norms)."""
-    from accelerate.commands.estimate import calculate_maximum_sizes, estimate_training_usage
-
     config = _config(name)
     model = _meta_model(config)
     total, _ = calculate_maximum_sizes(model)
