@@ -33,8 +33,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -109,8 +109,8 @@ def main() -> None:
         rows.append(paired("cw --help | torchx --help", lambda i: [*cw, "--help"],
                            (lambda i: [torchx, "--help"]) if torchx else None, args.runs, env))  # fmt: skip
         rows.append(paired("dry run | torchx --dryrun", lambda i: [*cw, "trl", "sft", str(config), "--dry-run", "--name", "d"],
-                           (lambda i: [torchx, "run", "-s", "kubernetes", "-cfg", "queue=default", "--dryrun", "--workspace", "", "utils.echo",
-                                       "--msg", "hi"]) if torchx else None, args.runs, env))  # fmt: skip
+                           (lambda i: [torchx, "run", "-s", "kubernetes", "-cfg", "queue=default", "--dryrun", "--workspace", "",
+                                       "utils.echo", "--msg", "hi"]) if torchx else None, args.runs, env))  # fmt: skip
 
         manifests = []
         for i in range(args.runs):

@@ -22,20 +22,21 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from cw_cli.errors import ConfigError
 
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a call needs the cluster
     from cw_cli.config.models import ClusterSpec
+    from cw_cli.config.yaml_source import YamlSource
     from cw_cli.frameworks.registry import FrameworkRegistry
     from cw_cli.k8s.connection import Kube
     from cw_cli.k8s.inspect import RunView
     from cw_cli.k8s.submit import LaunchResult
     from cw_cli.render.plan import Plan, RunRequest
-    from cw_cli.config.yaml_source import YamlSource
 
 Progress = Callable[[str], None]
 #: A config given as a mapping is read as if it were a file in this folder (relative paths in it,
@@ -61,8 +62,8 @@ class PlannedRun:
             plan may become a JobSet when submitted.
     """
 
-    plan: "Plan"
-    request: "RunRequest"
+    plan: Plan
+    request: RunRequest
     cluster_facts: bool = False
 
     @property
@@ -98,18 +99,18 @@ def set_assignments(values: Mapping[str, Any] | list[str] | None) -> list[str]:
     return list(values)
 
 
-def may_be_gang(cluster: "ClusterSpec") -> bool:
+def may_be_gang(cluster: ClusterSpec) -> bool:
     """Whether the run could be a JobSet, so the cluster must be asked whether it serves JobSet."""
     return cluster.jobset is True or (cluster.jobset == "auto" and (cluster.nodes > 1 or cluster.queue is not None))
 
 
-def _registry() -> "FrameworkRegistry":
+def _registry() -> FrameworkRegistry:
     from cw_cli.frameworks.registry import FrameworkRegistry
 
     return FrameworkRegistry().load_all()
 
 
-def read_config(path: str | Path) -> "YamlSource":
+def read_config(path: str | Path) -> YamlSource:
     """Read a config file once (YAML, or verifiers' TOML); :func:`plan` and :func:`plan_sweep` take the result.
 
     Raises:
@@ -120,7 +121,7 @@ def read_config(path: str | Path) -> "YamlSource":
     return load_config_file(Path(path))
 
 
-def has_sweep(config: "YamlSource") -> bool:
+def has_sweep(config: YamlSource) -> bool:
     """Whether a config read by :func:`read_config` has a ``sweep:`` block (then it is a sweep)."""
     from cw_cli.sweep import SWEEP_KEY
 
@@ -128,7 +129,7 @@ def has_sweep(config: "YamlSource") -> bool:
 
 
 def plan(
-    config: "str | Path | Mapping[str, Any] | YamlSource",
+    config: str | Path | Mapping[str, Any] | YamlSource,
     framework: str,
     training_type: str,
     *,
@@ -146,8 +147,8 @@ def plan(
     timeout: float | None = None,
     resume: bool = False,
     local: bool = False,
-    registry: "FrameworkRegistry | None" = None,
-    connect: "Callable[[], Kube] | None" = None,
+    registry: FrameworkRegistry | None = None,
+    connect: Callable[[], Kube] | None = None,
     base_dir: Path | None = None,
     sweep: str | None = None,
 ) -> PlannedRun:
@@ -256,15 +257,15 @@ class PlannedSweep:
 
 
 def plan_sweep(
-    config: "str | Path | Mapping[str, Any] | YamlSource",
+    config: str | Path | Mapping[str, Any] | YamlSource,
     framework: str,
     training_type: str,
     *,
     sweep: list[str] | None = None,
     name: str | None = None,
     set: Mapping[str, Any] | list[str] | None = None,  # noqa: A002 - the CLI's --set
-    registry: "FrameworkRegistry | None" = None,
-    connect: "Callable[[], Kube] | None" = None,
+    registry: FrameworkRegistry | None = None,
+    connect: Callable[[], Kube] | None = None,
     base_dir: Path | None = None,
     **options: Any,
 ) -> PlannedSweep:
@@ -349,12 +350,12 @@ class Run:
     """
 
     name: str
-    session: "Session"
+    session: Session
     owner_kind: str = "Job"
-    launch: "LaunchResult | None" = None
-    _plan: "Plan | None" = field(default=None, repr=False)
+    launch: LaunchResult | None = None
+    _plan: Plan | None = field(default=None, repr=False)
 
-    def status(self) -> "RunView":
+    def status(self) -> RunView:
         """The run's state, pods, servers and why anything is stuck.
 
         Raises:
@@ -439,17 +440,17 @@ class Session:
         self,
         context: str | None = None,
         namespace: str | None = None,
-        registry: "FrameworkRegistry | None" = None,
+        registry: FrameworkRegistry | None = None,
         kubeconfig: str | Path | None = None,
     ) -> None:
         self.context = context
         self.kubeconfig = str(kubeconfig) if kubeconfig else None
         self._namespace = namespace
         self._registry = registry
-        self._kube: "Kube | None" = None
+        self._kube: Kube | None = None
 
     @property
-    def kube(self) -> "Kube":
+    def kube(self) -> Kube:
         """The connection, made on first use.
 
         Raises:
@@ -467,14 +468,14 @@ class Session:
         return self.kube.namespace
 
     @property
-    def registry(self) -> "FrameworkRegistry":
+    def registry(self) -> FrameworkRegistry:
         """The frameworks runs are planned with."""
         if self._registry is None:
             self._registry = _registry()
         return self._registry
 
     def plan(
-        self, config: "str | Path | Mapping[str, Any] | YamlSource", framework: str, training_type: str, **options: Any
+        self, config: str | Path | Mapping[str, Any] | YamlSource, framework: str, training_type: str, **options: Any
     ) -> PlannedRun:
         """:func:`plan` with this session's registry and the cluster's facts (see there for options)."""
         return plan(config, framework, training_type, registry=self.registry, connect=lambda: self.kube, **options)
@@ -517,7 +518,7 @@ class Session:
         return Run(planned.name, self, planned.plan.owner_kind, result, planned.plan)
 
     def plan_sweep(
-        self, config: "str | Path | Mapping[str, Any] | YamlSource", framework: str, training_type: str, **options: Any
+        self, config: str | Path | Mapping[str, Any] | YamlSource, framework: str, training_type: str, **options: Any
     ) -> PlannedSweep:
         """:func:`plan_sweep` with this session's registry and connection."""
         return plan_sweep(config, framework, training_type, registry=self.registry, connect=lambda: self.kube, **options)
@@ -592,7 +593,7 @@ class Session:
             return Run(name, self, "JobSet")
         return Run(name, self, "Job" if self.kube.get("Job", f"{name}-trainer") is not None else "ConfigMap")
 
-    def runs(self) -> list["RunView"]:
+    def runs(self) -> list[RunView]:
         """Every cw run in the namespace, newest first."""
         from cw_cli.k8s.inspect import list_runs
 

@@ -37,17 +37,22 @@ class RunConfig:
     """
 
     path: Path
-    cluster: "ClusterSpec"
+    cluster: ClusterSpec
     native: dict[str, Any] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
 
 
 class ResourceDefaultsLike(Protocol):
-    """A framework's default trainer resources (``frameworks.base.ResourceDefaults``)."""
+    """A framework's default trainer resources (``frameworks.base.ResourceDefaults``), read-only."""
 
-    gpu: int
-    cpu: str | None
-    memory: str | None
+    @property
+    def gpu(self) -> int: ...
+
+    @property
+    def cpu(self) -> str | None: ...
+
+    @property
+    def memory(self) -> str | None: ...
 
 
 class NativeConfigRules(Protocol):
@@ -57,7 +62,8 @@ class NativeConfigRules(Protocol):
     description only, so the config step never imports the framework step.
     """
 
-    resources: ResourceDefaultsLike
+    @property
+    def resources(self) -> ResourceDefaultsLike: ...
 
     def claims_native_keys(self, data: dict[str, Any]) -> set[str]: ...
 

@@ -26,16 +26,43 @@ HELP = "Launch LLM post-training runs (SFT, DPO, GRPO) on a Kubernetes GPU clust
 #: The help is written here so listing the commands imports none of them; a unit test checks
 #: that each line is the first line of the command's own help.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "list": ("cw_cli.cli.runs:list_command", "List the runs in the namespace, with state, GPUs, age and why a failed run failed."),
-    "status": ("cw_cli.cli.runs:status_command", "Show a run's Job, pods and services; say why a pod is Pending or why the run failed."),
-    "logs": ("cw_cli.cli.runs:logs_command", "Print (or follow) the log of one pod of a run, through the API server."),
-    "metrics": ("cw_cli.cli.metrics:metrics_command", "Show a run's training metrics (loss, reward...) from its trainer log: a table and a chart."),
-    "delete": ("cw_cli.cli.runs:delete_command", "Delete every object of a run, or of every run of a sweep (and nothing else)."),
-    "frameworks": ("cw_cli.cli.info:frameworks_command", "List the frameworks (built-in and plugins) and the plugins that failed to load."),
-    "schema": ("cw_cli.cli.info:schema_command", "Print the JSON Schema of cw's config fields (for editors)."),
-    "cluster": ("cw_cli.cli.cluster:cluster_group", "Local Kubernetes test cluster: real control plane on 127.0.0.1 with fake GPU nodes (KWOK)."),
-    "completion": ("cw_cli.cli.info:completion_command", "Print the shell completion script; e.g. add `eval \"$(cw completion bash)\"` to ~/.bashrc."),
-}  # fmt: skip
+    "list": (
+        "cw_cli.cli.runs:list_command",
+        "List the runs in the namespace, with state, GPUs, age and why a failed run failed.",
+    ),
+    "status": (
+        "cw_cli.cli.runs:status_command",
+        "Show a run's Job, pods and services; say why a pod is Pending or why the run failed.",
+    ),
+    "logs": (
+        "cw_cli.cli.runs:logs_command",
+        "Print (or follow) the log of one pod of a run, through the API server.",
+    ),
+    "metrics": (
+        "cw_cli.cli.metrics:metrics_command",
+        "Show a run's training metrics (loss, reward...) from its trainer log: a table and a chart.",
+    ),
+    "delete": (
+        "cw_cli.cli.runs:delete_command",
+        "Delete every object of a run, or of every run of a sweep (and nothing else).",
+    ),
+    "frameworks": (
+        "cw_cli.cli.info:frameworks_command",
+        "List the frameworks (built-in and plugins) and the plugins that failed to load.",
+    ),
+    "schema": (
+        "cw_cli.cli.info:schema_command",
+        "Print the JSON Schema of cw's config fields (for editors).",
+    ),
+    "cluster": (
+        "cw_cli.cli.cluster:cluster_group",
+        "Local Kubernetes test cluster: real control plane on 127.0.0.1 with fake GPU nodes (KWOK).",
+    ),
+    "completion": (
+        "cw_cli.cli.info:completion_command",
+        "Print the shell completion script; e.g. add `eval \"$(cw completion bash)\"` to ~/.bashrc.",
+    ),
+}
 
 
 def load_command(target: str) -> click.Command:
@@ -50,7 +77,7 @@ def load_command(target: str) -> click.Command:
 class FrameworkGroup(click.Group):
     """`cw <framework>`: one launch command per training type, built when asked for."""
 
-    def __init__(self, registry: "FrameworkRegistry", framework_name: str, **kwargs: Any) -> None:
+    def __init__(self, registry: FrameworkRegistry, framework_name: str, **kwargs: Any) -> None:
         loaded = registry.get(framework_name)
         super().__init__(name=framework_name, help=loaded.plugin.description, no_args_is_help=True, **kwargs)
         self.registry = registry
@@ -80,12 +107,12 @@ class FrameworkGroup(click.Group):
 class CwGroup(click.Group):
     """The root `cw` group: commands from :data:`COMMANDS` and one group per registered framework."""
 
-    def __init__(self, registry: "FrameworkRegistry | None" = None, **kwargs: Any) -> None:
+    def __init__(self, registry: FrameworkRegistry | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._registry = registry
 
     @property
-    def registry(self) -> "FrameworkRegistry":
+    def registry(self) -> FrameworkRegistry:
         """The framework registry, loaded (built-ins, plugin folders, entry points) on first use."""
         if self._registry is None:
             from cw_cli.frameworks.registry import FrameworkRegistry
@@ -121,7 +148,7 @@ def _debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
         os.environ["CW_DEBUG"] = "1"
 
 
-def build_app(registry: "FrameworkRegistry | None" = None) -> CwGroup:
+def build_app(registry: FrameworkRegistry | None = None) -> CwGroup:
     """A fresh `cw` application; its framework commands come from ``registry`` (default: loaded when needed)."""
     app = CwGroup(
         registry,

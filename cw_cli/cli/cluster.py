@@ -6,6 +6,7 @@ Cheap to import: cw_cli.localcluster is imported inside the commands.
 from __future__ import annotations
 
 from pathlib import Path
+
 import click
 
 from cw_cli.cli.errors import handle_errors

@@ -59,7 +59,7 @@ def check_states(states: list[str]) -> set[str]:
     return keys
 
 
-def run_dict(view: "RunView", now: datetime | None = None) -> dict[str, Any]:
+def run_dict(view: RunView, now: datetime | None = None) -> dict[str, Any]:
     """A run's :data:`RUN_FIELDS`."""
     now = now or datetime.now(timezone.utc)
     return {
@@ -79,7 +79,7 @@ def run_dict(view: "RunView", now: datetime | None = None) -> dict[str, Any]:
     }
 
 
-def status_dict(view: "RunView", now: datetime | None = None) -> dict[str, Any]:
+def status_dict(view: RunView, now: datetime | None = None) -> dict[str, Any]:
     """A run's :data:`RUN_FIELDS` and :data:`STATUS_FIELDS`."""
     data = {"apiVersion": API_VERSION, "kind": "Run", **run_dict(view, now)}
     data["pods"] = [
@@ -93,7 +93,7 @@ def status_dict(view: "RunView", now: datetime | None = None) -> dict[str, Any]:
     return data
 
 
-def list_dict(views: list["RunView"], now: datetime | None = None) -> dict[str, Any]:
+def list_dict(views: list[RunView], now: datetime | None = None) -> dict[str, Any]:
     """``{"apiVersion", "kind": "RunList", "items": [...]}``."""
     return {"apiVersion": API_VERSION, "kind": "RunList", "items": [run_dict(v, now) for v in views]}
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 import click
 
@@ -27,7 +28,7 @@ def _format(value: float) -> str:
     return f"{value:.4g}" if math.isfinite(value) else repr(value)
 
 
-def _table(runs: "list[RunMetrics]") -> "RenderableType":
+def _table(runs: list[RunMetrics]) -> RenderableType:
     """Latest value of each metric: one row per metric, one column per run."""
     from rich.table import Table
 
@@ -42,7 +43,7 @@ def _table(runs: "list[RunMetrics]") -> "RenderableType":
     return table
 
 
-def _charts(runs: "list[RunMetrics]", metrics: list[str], width: int) -> "RenderableType":
+def _charts(runs: list[RunMetrics], metrics: list[str], width: int) -> RenderableType:
     from rich.console import Group
 
     from cw_cli.metrics.chart import chart_text
@@ -56,13 +57,13 @@ def _charts(runs: "list[RunMetrics]", metrics: list[str], width: int) -> "Render
     return Group(*parts)
 
 
-def _view(runs: "list[RunMetrics]", metrics: list[str], width: int) -> "RenderableType":
+def _view(runs: list[RunMetrics], metrics: list[str], width: int) -> RenderableType:
     from rich.console import Group
 
     return Group(_table(runs), "", _charts(runs, metrics, width))
 
 
-def _resolve_metrics(runs: "list[RunMetrics]", asked: list[str]) -> list[str]:
+def _resolve_metrics(runs: list[RunMetrics], asked: list[str]) -> list[str]:
     from cw_cli.errors import ConfigError
     from cw_cli.metrics.parse import default_metrics
 
@@ -78,7 +79,7 @@ def _resolve_metrics(runs: "list[RunMetrics]", asked: list[str]) -> list[str]:
     return asked
 
 
-def _load(target: str, rank: int | None, namespace: str | None, context: str | None) -> "RunMetrics":
+def _load(target: str, rank: int | None, namespace: str | None, context: str | None) -> RunMetrics:
     """A run's metrics from its pod's log, or a path's when ``target`` is an existing path."""
     from cw_cli.metrics.sources import load_path, pod_log_lines, read_lines
 
@@ -99,7 +100,7 @@ def _pod_source(run: str, rank: int | None) -> str:
 
 
 def _follow(target: str, rank: int | None, namespace: str | None, context: str | None, asked: list[str],
-            show: bool) -> "RunMetrics":
+            show: bool) -> RunMetrics:
     """Follow one run's log until its pod ends; with ``show``, keep the table and chart drawn."""
     from rich.live import Live
     from rich.markup import escape
@@ -114,7 +115,7 @@ def _follow(target: str, rank: int | None, namespace: str | None, context: str |
     console = out()
     lines: Iterable[str] = pod_log_lines(client, target, rank, follow=True, notice=lambda m: err().print(escape(m)))
 
-    def render() -> "RenderableType":
+    def render() -> RenderableType:
         metrics = asked or _resolve_metrics([run], [])
         return _view([run], metrics, console.width)
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -33,14 +34,14 @@ def output_option(function: F) -> F:
     )(function)  # fmt: skip
 
 
-def kube(context: str | None, namespace: str | None) -> "Kube":
+def kube(context: str | None, namespace: str | None) -> Kube:
     """Connect to the API server of ``context`` (kubectl's rules), bound to ``namespace``."""
     from cw_cli.k8s.connection import ClusterTarget, connect
 
     return connect(ClusterTarget(context=context, namespace=namespace))
 
 
-def complete_run(ctx: click.Context, param: click.Parameter, incomplete: str) -> "list[CompletionItem]":
+def complete_run(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Shell completion of a RUN argument: the runs in the namespace, read through the API server.
 
     Fast (a short request timeout) and silent: no cluster, no kubeconfig or no permission means

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 
 @lru_cache(maxsize=1)
-def err() -> "Console":
+def err() -> Console:
     """Console for progress, warnings and errors (stderr)."""
     from rich.console import Console
 
@@ -18,7 +18,7 @@ def err() -> "Console":
 
 
 @lru_cache(maxsize=1)
-def out() -> "Console":
+def out() -> Console:
     """Console for results (stdout)."""
     from rich.console import Console
 

@@ -8,7 +8,7 @@ and is left out when the stream is not a terminal.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import click
 

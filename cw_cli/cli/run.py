@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -83,7 +84,7 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
         if local and gpu is None:
             gpu = _local_gpu_count()  # the config's GPU count is for cluster nodes, not this machine
         session = None if (dry_run or local) else api.Session(context=context, namespace=namespace, registry=registry)
-        options = dict(
+        options: dict[str, Any] = dict(
             name=name, namespace=namespace, gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull,
             set=list(set_), services=services, ttl=ttl, timeout=timeout, resume=resume, local=local,
         )  # fmt: skip
@@ -114,8 +115,8 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
 
 
 def _sweep(
-    session: "api.Session | None",
-    config: "YamlSource",
+    session: api.Session | None,
+    config: YamlSource,
     framework_name: str,
     type_name: str,
     registry: FrameworkRegistry,
@@ -186,8 +187,8 @@ def _local_gpu_count() -> int:
 
 
 def _apply(
-    session: "api.Session",
-    planned: "api.PlannedRun",
+    session: api.Session,
+    planned: api.PlannedRun,
     server_dry_run: bool,
     wait: bool,
     timeout: float | None,

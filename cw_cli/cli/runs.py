@@ -9,7 +9,7 @@ from cw_cli.cli.options import context_option, kube, namespace_option, output_op
 from cw_cli.cli.plain import echo, table
 
 
-def _age(created: "object") -> str:
+def _age(created: object) -> str:
     from datetime import datetime, timezone
 
     if not isinstance(created, datetime):
@@ -45,7 +45,7 @@ def list_command(
     from cw_cli.k8s.inspect import STALLED, list_runs
 
     output = check_output(output)
-    states = check_states(state) if state else None
+    states = check_states(list(state)) if state else None
     client = kube(context, namespace)
     runs = list_runs(client, all_namespaces=all_namespaces)
     if states:
@@ -142,7 +142,6 @@ def logs_command(
     import sys
 
     from cw_cli.k8s.operations import stream_logs
-
     from cw_cli.labels import ROLES
 
     if role not in ROLES:
@@ -174,6 +173,7 @@ def delete_command(run: str | None, sweep: str | None, namespace: str | None, co
         runs = delete_sweep(client, sweep)
         echo(f"deleted the {len(runs)} run(s) of sweep {sweep}: {', '.join(runs)}", err=True)
         return
+    assert run is not None  # checked above: a run or a sweep
     deleted = delete_run(client, run)
     echo(f"deleted {', '.join(deleted)}", err=True)
 

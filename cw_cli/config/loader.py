@@ -12,7 +12,7 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from cw_cli.config.models import CLUSTER_FIELDS, ClusterSpec, image_problem
 from cw_cli.config.yaml_source import MAX_DEPTH, YamlSource, load_config_file, parse_scalar
@@ -104,7 +104,7 @@ def _known_fields_at(loc: tuple[Any, ...]) -> list[str]:
     """Field names valid at a location, for "did you mean" on unknown keys."""
     from cw_cli.config.models import SecretRef, ServiceResources, Toleration
 
-    nested = {"services": ServiceResources, "secrets": SecretRef, "tolerations": Toleration}
+    nested: dict[str, type[BaseModel]] = {"services": ServiceResources, "secrets": SecretRef, "tolerations": Toleration}
     model = nested.get(str(loc[0]), ClusterSpec) if loc else ClusterSpec
     return sorted(model.model_fields)
 
@@ -157,15 +157,15 @@ def load_run_config(
     for name, value in (flags or FlagOverrides()).given().items():
         cluster_part[name] = value
         origins[name] = f"--{name}"
-        if name == "image" and (problem := image_problem(value)):
-            issues.append(f"--image: {problem}")
+        if name == "image" and (bad_image := image_problem(value)):
+            issues.append(f"--image: {bad_image}")
     native = deep_merge(framework.native_defaults(training_type), native)
     native, upgraded = framework.upgrade_config(native, training_type)
     notices += upgraded
     for field_path, (wanted, native_key) in framework.native_resources(native, training_type, path.parent).items():
-        problem = _size_from_native(cluster_part, field_path, wanted, native_key, origins, notices)
-        if problem:
-            issues.append(f"{_origin(field_path, source, origins)}: {problem}")
+        mismatch = _size_from_native(cluster_part, field_path, wanted, native_key, origins, notices)
+        if mismatch:
+            issues.append(f"{_origin(field_path, source, origins)}: {mismatch}")
     defaults = framework.resources
     for name in ("gpu", "cpu", "memory"):
         if cluster_part.get(name) is None and getattr(defaults, name) is not None:

@@ -7,9 +7,11 @@ and mounts the rest, unchanged, in the run's ConfigMap.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import WithJsonSchema
 from pydantic.functional_validators import BeforeValidator
 
 from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
@@ -27,6 +29,19 @@ def _quantity(value: object, minimum: float = 0.0, what: str = "") -> str:
 Quantity = Annotated[str, BeforeValidator(_quantity)]
 CpuQuantity = Annotated[str, BeforeValidator(lambda value: _quantity(value, MIN_CPU, "cpu"))]
 MemoryQuantity = Annotated[str, BeforeValidator(lambda value: _quantity(value, MIN_MEMORY, "memory"))]
+
+
+def _env_value(value: object) -> object:
+    # YAML types `PORT: 8000` and `DEBUG: true`; an environment variable is text (`true`, as a shell writes it).
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value) if isinstance(value, (int, float)) else value
+
+
+#: An environment variable's value: written as a string, number or boolean, kept as text.
+EnvValue = Annotated[
+    str, BeforeValidator(_env_value), WithJsonSchema({"type": ["string", "number", "boolean"]})
+]
 
 
 def _not_bool(value: object) -> object:
@@ -99,7 +114,7 @@ def _requirement(value: object) -> object:
 Requirement = Annotated[str, BeforeValidator(_requirement)]
 
 
-def _check_variable_names(variables: dict[str, object]) -> None:
+def _check_variable_names(variables: Mapping[str, object]) -> None:
     for name in variables:
         if not _ENV_NAME.match(name):
             raise ValueError(f"{name!r} is not a valid environment variable name")
@@ -184,7 +199,7 @@ class ClusterSpec(StrictModel):
     cpu: CpuQuantity | None = Field(default=None, description="CPU request and limit of each trainer pod.")
     memory: MemoryQuantity | None = Field(default=None, description="Memory request and limit of each trainer pod.")
     nodes: int = Field(default=1, ge=1, le=512, description="Trainer nodes (pods, one per node).")
-    env: dict[str, str | int | float | bool] = Field(
+    env: dict[str, EnvValue] = Field(
         default_factory=dict, description="Extra environment variables for every container of the run."
     )
     secrets: dict[str, DnsName | SecretRef] = Field(
@@ -258,9 +273,9 @@ class ClusterSpec(StrictModel):
 
     @field_validator("env")
     @classmethod
-    def _env_names(cls, env: dict[str, object]) -> dict[str, str]:
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
         _check_variable_names(env)
-        return {name: str(value).lower() if isinstance(value, bool) else str(value) for name, value in env.items()}
+        return env
 
     @field_validator("secrets")
     @classmethod

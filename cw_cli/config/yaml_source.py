@@ -43,6 +43,11 @@ _KEY_TAGS = frozenset(_TAG + name for name in ("str", "int", "merge"))
 _CHECKED_SCALARS = frozenset(_TAG + name for name in ("int", "float", "timestamp"))
 
 
+def _mark(event: yaml.Event) -> yaml.error.Mark:
+    """Where an event starts (libyaml's C loader gives its own Mark type, with the same fields)."""
+    return event.start_mark  # type: ignore[return-value]
+
+
 class LimitExceeded(yaml.MarkedYAMLError):
     """A document over one of the limits above (deep, aliased, large or self-referencing)."""
 
@@ -89,19 +94,19 @@ class ConfigLoader(_safe_base()):  # type: ignore[misc]
         if isinstance(event, yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
-                raise LimitExceeded(problem=f"more than {MAX_ALIASES} aliases (*name)", problem_mark=event.start_mark)
+                raise LimitExceeded(problem=f"more than {MAX_ALIASES} aliases (*name)", problem_mark=_mark(event))
             node = super().compose_node(parent, index)
             if id(node) not in self._sizes:  # `&a [*a]`: a value that contains itself
                 raise LimitExceeded(
-                    problem=f"alias *{event.anchor} is used inside its own anchor", problem_mark=event.start_mark
+                    problem=f"alias *{event.anchor} is used inside its own anchor", problem_mark=_mark(event)
                 )
-            self._count(self._sizes[id(node)], event.start_mark)
+            self._count(self._sizes[id(node)], _mark(event))
             return node
-        self._count(1, event.start_mark)
+        self._count(1, _mark(event))
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise LimitExceeded(problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=event.start_mark)
+                raise LimitExceeded(problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=_mark(event))
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -170,7 +175,7 @@ def _construct(loader: ConfigLoader, node: yaml.Node) -> Any:
 
 
 def _key_name(node: yaml.Node) -> str:
-    return node.value if isinstance(node, yaml.ScalarNode) else f"<{node.id}>"
+    return node.value if isinstance(node, yaml.ScalarNode) else f"<{getattr(node, 'id', 'node')}>"
 
 
 def _at(path: KeyPath) -> str:

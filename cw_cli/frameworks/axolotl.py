@@ -180,7 +180,7 @@ def _check_grpo_batch(native: dict[str, Any], processes: int) -> None:
     gradient_accumulation_steps) must be a multiple of ``trl.num_generations``, and hold a whole
     group for every trainer process.
     """
-    trl = native.get("trl") if isinstance(native.get("trl"), dict) else {}
+    trl: dict[str, Any] = native["trl"] if isinstance(native.get("trl"), dict) else {}
     groups = _count(trl.get("num_generations"))
     if groups is None:
         return

@@ -39,9 +39,11 @@ class FrameworkPlugin(ABC):
 
     def initialize(self, context: dict[str, Any]) -> None:
         """Called once after loading, with ``{"cw_version": ...}``; may raise to refuse loading."""
+        return None  # optional: most plugins need no set-up
 
     def cleanup(self) -> None:
         """Called when cw exits."""
+        return None  # optional: most plugins hold nothing to release
 
 
 class SimplePlugin(FrameworkPlugin):

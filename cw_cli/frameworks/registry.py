@@ -10,9 +10,10 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Callable
 
 from cw_cli import __version__
 from cw_cli.errors import FrameworkError
@@ -130,16 +131,16 @@ class FrameworkRegistry:
         except Exception as exc:  # noqa: BLE001 - a plugin may fail in any way; never let it break cw
             self.failures.append(PluginFailure(source, f"{type(exc).__name__}: {exc}"))
 
-    def load_all(self, *, include_plugins: bool = True) -> "FrameworkRegistry":
+    def load_all(self, *, include_plugins: bool = True) -> FrameworkRegistry:
         """Load the built-ins, then plugin folders, then entry points (unless disabled)."""
         for target in BUILTIN_TARGETS:
-            self._try("built-in", lambda t=target: _import_target(t))
+            self._try("built-in", partial(_import_target, target))
         if not include_plugins or os.environ.get(DISABLE_PLUGINS_ENV):
             return self
         folder = plugins_dir()
         if folder.is_dir():
             for package_dir in sorted(p for p in folder.iterdir() if (p / "__init__.py").is_file()):
-                self._try(str(package_dir), lambda d=package_dir: _import_folder_plugin(d))
+                self._try(str(package_dir), partial(_import_folder_plugin, package_dir))
         from importlib.metadata import entry_points
 
         for entry in entry_points(group=ENTRY_POINT_GROUP):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from collections.abc import Collection
 from typing import Any
 
 from cw_cli import __version__
@@ -17,7 +18,6 @@ from cw_cli.frameworks.base import (
 )
 from cw_cli.frameworks.distributed import accelerate_args, total_processes
 from cw_cli.frameworks.plugin import SimplePlugin
-from cw_cli.frameworks.servers import server_sizing
 from cw_cli.frameworks.runtime_files import (
     REWARD_CLIENT_FILE,
     REWARD_FUNCTION,
@@ -26,6 +26,7 @@ from cw_cli.frameworks.runtime_files import (
     REWARD_URL_ENV,
     runtime_file,
 )
+from cw_cli.frameworks.servers import server_sizing
 
 TRL_IMAGE = "huggingface/trl:1.16.0"  # TRL's own image (built from its docker/trl); no vLLM inside
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
@@ -277,7 +278,7 @@ def _unknown_keys(native: dict[str, Any], training_type: TrainingType) -> list[s
     return problems
 
 
-def wants_vllm_server(native: dict[str, Any], services: dict[str, Any]) -> bool:
+def wants_vllm_server(native: dict[str, Any], services: Collection[str]) -> bool:
     """Whether a GRPO config generates with a separate vLLM server.
 
     TRL's own defaults are ``use_vllm: false`` and ``vllm_mode: colocate`` (TRL 1.16): only a

@@ -4,7 +4,8 @@ The native config is the TOML that verifiers' `vf-rl` reads (``model``, ``[env]`
 ``[inference]``, ``[trainer]``): the published ``.toml`` file itself, or the same in YAML beside
 cw's fields, mounted as ``/etc/cw/config.toml``. Its ``[env]`` section may be written ``env:``
 (a mapping with ``id``) or ``environment:``; an ``env:`` without ``id`` is cw's environment
-variables. ``inference.gpus`` and ``trainer.gpus`` size the server and trainer pods. verifiers 0.1.9.post3 is the newest PyPI release whose trainer and
+variables. ``inference.gpus`` and ``trainer.gpus`` size the server and trainer pods. verifiers
+0.1.9.post3 is the newest PyPI release whose trainer and
 ``vf-vllm`` are in the package (later releases moved them out, and no longer publish them on PyPI), so
 cw pins it and installs it over the vLLM image it was built against when the image lacks it.
 """

@@ -8,10 +8,12 @@ needs the official client (see :func:`connect`).
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from cw_cli.errors import ClusterUnreachable, ConfigError, Conflict, CwError, Forbidden, NotFound, Rejected
 
@@ -220,7 +222,7 @@ class Kube:
 
     def list_metadata(
         self, kind: str, label_selector: str | None = None, field_selector: str | None = None, all_namespaces: bool = False
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:  # `list` in this class body is the method above
         """Like :meth:`list`, but only each object's ``metadata`` (a PartialObjectMetadataList).
 
         Much less to send and parse than whole objects (pods carry their spec and status) when

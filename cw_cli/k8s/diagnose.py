@@ -18,9 +18,10 @@ pod condition and the Job controller's ``BackoffLimitExceeded`` / ``DeadlineExce
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any
 
 from cw_cli.labels import COMPONENT_LABEL, TRAINER
 
@@ -148,7 +149,8 @@ def explain_log(log: list[str], pod: str | None = None, container: str | None = 
             container,
             _around(lines, index),
         )
-    hf = [(i, kind) for kind, pattern in (("gated", _HF_GATED), ("401", _HF_401), ("403", _HF_403)) if (i := _last_match(lines, pattern)) is not None]
+    hf_patterns = (("gated", _HF_GATED), ("401", _HF_401), ("403", _HF_403))
+    hf = [(i, kind) for kind, pattern in hf_patterns if (i := _last_match(lines, pattern)) is not None]
     if hf:
         index, kind = max(hf, key=lambda item: (item[1] == "gated", item[0]))
         text = "\n".join(lines[max(0, index - 5) : index + 3])
@@ -168,7 +170,11 @@ def explain_log(log: list[str], pod: str | None = None, container: str | None = 
             summary = "HF repo not found" if status == "404" else f"HF token {status}"
             message = (
                 f"the Hugging Face Hub answered {status}{what}: "
-                + ("no such repo, or a private one the token cannot read" if status == "404" else "no token, a wrong one, or a repo it may not read")
+                + (
+                    "no such repo, or a private one the token cannot read"
+                    if status == "404"
+                    else "no token, a wrong one, or a repo it may not read"
+                )
             )
             fix = (
                 "give the run a token that can read it: a Secret (kubectl create secret generic hf-token "

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, TypeVar
+from functools import partial
+from typing import Any
 
 from cw_cli.config.quantity import parse_quantity
 from cw_cli.errors import ConfigError, Forbidden, NotFound
 from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.diagnose import Explanation, diagnose, log_requests, summary
-from cw_cli.render.jobset import JOBSET_NAME_LABEL
 from cw_cli.labels import (
     COMPLETION_INDEX_ANNOTATION,
     COMPONENT_LABEL,
@@ -27,7 +28,7 @@ from cw_cli.labels import (
     WANDB_URL_ANNOTATION,
     managed_selector,
 )
-
+from cw_cli.render.jobset import JOBSET_NAME_LABEL
 
 WORKLOAD_JOB_UID = "kueue.x-k8s.io/job-uid"  # Kueue's label on the Workload of a Job
 RUN_KINDS = ("JobSet", "Job", "Deployment", "Service", "ConfigMap", "NetworkPolicy", "RoleBinding", "Role", "ServiceAccount")
@@ -97,13 +98,12 @@ OPTIONAL_KINDS = ("JobSet",)
 #: Kinds read whole (state, GPUs, servers); the other kinds of a run are read as metadata only
 #: (names and labels: a ConfigMap alone carries cw's pod-side files, tens of KB per run).
 WHOLE_KINDS = ("JobSet", "Job", "Deployment")
-T = TypeVar("T")
 #: Reads in flight at once: all of one round (a run's kinds, events, pods), well within the API
 #: server's default of 400 concurrent read requests.
 MAX_PARALLEL_READS = 16
 
 
-def gather(calls: dict[str, Callable[[], T]]) -> dict[str, T]:
+def gather(calls: dict[str, Callable[[], Any]]) -> dict[str, Any]:
     """Run independent API reads at once on the connection's pool, as ``{key: result}``.
 
     The reads of one command do not depend on each other, so their latencies overlap instead of
@@ -132,10 +132,7 @@ def _list_kind(kube: Kube, kind: str, selector: str, all_namespaces: bool, whole
 def _object_calls(
     kube: Kube, selector: str, all_namespaces: bool, kinds: tuple[str, ...], whole: tuple[str, ...]
 ) -> dict[str, Callable[[], list[dict[str, Any]]]]:
-    return {
-        kind: (lambda kind=kind: _list_kind(kube, kind, selector, all_namespaces, kind in whole))  # type: ignore[misc]
-        for kind in kinds
-    }
+    return {kind: partial(_list_kind, kube, kind, selector, all_namespaces, kind in whole) for kind in kinds}
 
 
 def run_objects(
@@ -205,7 +202,7 @@ def jobset_state(jobset: dict[str, Any], now: datetime | None = None) -> str:
             return "Failed"
     if jobset.get("spec", {}).get("suspend"):
         return job_state({"metadata": jobset["metadata"], "spec": {"suspend": True}}, now)
-    trainer = next((s for s in status.get("replicatedJobsStatus") or [] if s.get("name") == TRAINER), {})
+    trainer: dict[str, Any] = next((s for s in status.get("replicatedJobsStatus") or [] if s.get("name") == TRAINER), {})
     if int(trainer.get("ready", 0)):
         return "Running"
     return "Pending"
@@ -334,11 +331,7 @@ def _read_logs(kube: Kube, wanted: list[tuple[dict[str, Any], str, bool]], lines
         found = read_log_tail(kube, pod, container, lines, previous)
         return found if found or not previous else read_log_tail(kube, pod, container, lines)
 
-    calls = {
-        f"{index}": (lambda pod=pod, container=container, previous=previous: tail(pod, container, previous))
-        for index, (pod, container, previous) in enumerate(wanted)
-    }
-    read = gather(calls)  # type: ignore[arg-type]
+    read = gather({f"{index}": partial(tail, pod, container, previous) for index, (pod, container, previous) in enumerate(wanted)})
     return {
         (pod["metadata"].get("namespace") or kube.namespace, pod["metadata"]["name"], container): read[f"{index}"]
         for index, (pod, container, _) in enumerate(wanted)
@@ -576,9 +569,9 @@ def run_status(kube: Kube, run_name: str) -> RunView:
     if pending:
         more["capacity"] = lambda: _node_capacity(kube)
         for pod in pending:
-            more[f"scheduling/{pod['metadata']['name']}"] = lambda pod=pod: _scheduling_events(kube, pod)
+            more[f"scheduling/{pod['metadata']['name']}"] = partial(_scheduling_events, kube, pod)
     for job in jobs:
-        more[f"queue/{job['metadata']['name']}"] = lambda job=job: queue_summary(kube, job)
+        more[f"queue/{job['metadata']['name']}"] = partial(queue_summary, kube, job)
     if gang:
         more["gang"] = lambda: _gang_objects(kube, run_name)
     later = gather(more)
@@ -613,7 +606,8 @@ def run_status(kube: Kube, run_name: str) -> RunView:
             view.problems.append(f"the cluster refuses to create the trainer's pods: {refused}")
     view.problems += [e.line() for e in view.explanations]
     if gang:
-        _gang_status(run_name, view, *later["gang"], refusals, kube)
+        jobset, queue, jobset_jobs = later["gang"]
+        _gang_status(run_name, view, jobset, queue, jobset_jobs, refusals, kube)
     has_trainer = any(o.startswith(("Job/", "JobSet/")) for o in view.objects)
     for deployment in (obj for kind, obj in objects if kind == "Deployment"):
         status = deployment.get("status") or {}

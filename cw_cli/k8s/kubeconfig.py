@@ -273,7 +273,9 @@ def _exec_plugin(name: str, entry: _Entry, cluster: dict[str, Any]) -> ExecPlugi
     command = str(spec["command"])
     if os.sep in command:  # kubectl resolves a path, not a name looked up on PATH
         command = _resolve(command, entry.origin)
-    env = tuple((str(item["name"]), str(item.get("value", ""))) for item in spec.get("env") or [] if isinstance(item, dict) and "name" in item)
+    env = tuple(
+        (str(item["name"]), str(item.get("value", ""))) for item in spec.get("env") or [] if isinstance(item, dict) and "name" in item
+    )
     info = None
     if spec.get("provideClusterInfo"):
         info = json.dumps(_exec_cluster(cluster), sort_keys=True)
@@ -415,7 +417,9 @@ def _exec_output(stdout: bytes, plugin: ExecPlugin) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("kind") != "ExecCredential":
         raise KubeconfigError(f"exec: {plugin.command} did not print an ExecCredential")
     if data.get("apiVersion") != plugin.api_version:
-        raise KubeconfigError(f"exec: plugin is configured to use API version {plugin.api_version}, plugin returned version {data.get('apiVersion')}")
+        raise KubeconfigError(
+            f"exec: plugin is configured to use API version {plugin.api_version}, plugin returned version {data.get('apiVersion')}"
+        )
     status = data.get("status")
     if not isinstance(status, dict):
         raise KubeconfigError(f"exec: {plugin.command} returned no status")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from cw_cli.errors import ClusterUnreachable, Conflict, CwError, Interrupted, NotFound, Rejected, WaitTimeout
 from cw_cli.k8s.connection import Kube
@@ -252,7 +253,7 @@ def wait_for_gang_servers(
     def read(wanted: list[str]) -> dict[str, tuple[bool, str | None]]:
         jobset = kube.get("JobSet", jobset_name) or {}
         statuses = {s["name"]: s for s in (jobset.get("status") or {}).get("replicatedJobsStatus") or []}
-        states = {}
+        states: dict[str, tuple[bool, str | None]] = {}
         for name in wanted:
             role = name.removeprefix(f"{jobset_name}-")
             if int(statuses.get(role, {}).get("ready", 0)) >= 1:
@@ -345,7 +346,11 @@ def launch(
         return result
     except (CwError, KeyboardInterrupt) as exc:
         left = remove_objects(kube, created) if created else []
-        note = "removed what it had created" if not left else f"could not remove: {', '.join(left)} (`cw delete {plan.run_name}` removes them)"
+        note = (
+            "removed what it had created"
+            if not left
+            else f"could not remove: {', '.join(left)} (`cw delete {plan.run_name}` removes them)"
+        )
         if isinstance(exc, KeyboardInterrupt):
             raise Interrupted(f"interrupted; {note}" if created else "interrupted before anything was created") from None
         exc.hint = f"{exc.hint}; {note}" if exc.hint and created else (exc.hint or (note if created else None))

@@ -13,7 +13,8 @@ import os
 import ssl
 import tempfile
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit
 
 from cw_cli.k8s.kubeconfig import Credentials, KubeconfigError, expired, refresh

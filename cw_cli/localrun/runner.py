@@ -147,9 +147,8 @@ def map_paths(text: str, mounts: Mapping[str, os.PathLike | str]) -> str:
     ``/data/checkpoints`` and ``/checkpointsX`` do not.
     """
     for mount in sorted(mounts, key=len, reverse=True):
-        local = str(mounts[mount])
         pattern = re.compile(r"(?<![\w./-])" + re.escape(mount) + r"(?=/|$|[\s'\",:;\]}\)=])", re.MULTILINE)
-        text = pattern.sub(lambda _m: local, text)
+        text = pattern.sub(str(mounts[mount]).replace("\\", "\\\\"), text)  # a literal replacement
     return text
 
 
@@ -426,7 +425,7 @@ class LocalRunner:
         if self._own_workdir and self.workdir is not None and self.workdir.exists():
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def __enter__(self) -> "LocalRunner":
+    def __enter__(self) -> LocalRunner:
         return self
 
     def __exit__(self, *exc: object) -> None:

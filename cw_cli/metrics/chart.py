@@ -9,8 +9,9 @@ which imports rich (a core dependency) to colour the cells.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -53,7 +54,10 @@ def _finite(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
     return [(x, y) for x, y in points if math.isfinite(x) and math.isfinite(y)]
 
 
-def draw(series: Sequence[Sequence[tuple[float, float]]], width: int, height: int) -> tuple[Canvas, tuple[float, float, float, float]] | None:
+Bounds = tuple[float, float, float, float]
+
+
+def draw(series: Sequence[Sequence[tuple[float, float]]], width: int, height: int) -> tuple[Canvas, Bounds] | None:
     """Draw several ``[(step, value), ...]`` series on one canvas sharing both axes.
 
     Non-finite values are left out (the line joins the finite points around them).
@@ -93,7 +97,7 @@ def _label(value: float) -> str:
 
 
 def chart_text(title: str, series: Sequence[tuple[str, Sequence[tuple[float, float]]]], width: int = 60,
-               height: int = 10, colors: Sequence[str] = COLORS) -> "Text":
+               height: int = 10, colors: Sequence[str] = COLORS) -> Text:
     """A titled chart with a y axis (max, min) and x axis (first, last step) as rich Text.
 
     Args:

@@ -15,7 +15,7 @@ import csv
 import io
 import json
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from cw_cli.metrics.parse import RunMetrics
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 import ast
 import math
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 # A dict is a trainer record only if it has one of these (Trainer.log always adds `epoch`);
 # this keeps a printed config or other dicts of numbers out.

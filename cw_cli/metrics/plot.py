@@ -4,8 +4,9 @@ one line per run. matplotlib is the optional extra ``plot`` and is imported only
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from cw_cli.errors import ConfigError
 from cw_cli.metrics.parse import RunMetrics
@@ -28,7 +29,7 @@ def require_matplotlib() -> None:
         raise ConfigError([f"--png needs matplotlib, which is not installed: {INSTALL_HINT}"], hint=INSTALL_HINT) from None
 
 
-def build_figure(runs: Sequence[RunMetrics], metrics: Sequence[str]) -> "Figure":
+def build_figure(runs: Sequence[RunMetrics], metrics: Sequence[str]) -> Figure:
     """The figure: one panel per metric (shared step axis), one line per run that logged it.
 
     Raises:
@@ -55,7 +56,7 @@ def build_figure(runs: Sequence[RunMetrics], metrics: Sequence[str]) -> "Figure"
     return figure
 
 
-def write_png(runs: Sequence[RunMetrics], metrics: Sequence[str], path: Path) -> "Figure":
+def write_png(runs: Sequence[RunMetrics], metrics: Sequence[str], path: Path) -> Figure:
     """Write the figure of :func:`build_figure` to ``path`` as PNG; returns the figure."""
     figure = build_figure(runs, metrics)
     figure.savefig(path, format="png")

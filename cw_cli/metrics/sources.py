@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from cw_cli.errors import NotFound
 from cw_cli.labels import TRAINER
@@ -96,7 +97,7 @@ def load_path(path: Path, name: str | None = None) -> RunMetrics:
 
 
 def pod_log_lines(
-    kube: "Kube", run: str, rank: int | None, follow: bool = False, notice: Callable[[str], None] = lambda _: None
+    kube: Kube, run: str, rank: int | None, follow: bool = False, notice: Callable[[str], None] = lambda _: None
 ) -> Iterator[str]:
     """The trainer's log lines of a run (rank 0 unless ``rank``), through the API server."""
     from cw_cli.k8s.operations import stream_logs

@@ -20,9 +20,9 @@ from cw_cli.config.models import NO_VOLUME
 from cw_cli.config.quantity import parse_quantity
 from cw_cli.errors import ConfigError
 from cw_cli.frameworks.base import (
-    BaseTrainingFramework,
     CHECKPOINT_MOUNT,
     CONFIG_MOUNT,
+    BaseTrainingFramework,
     RunContext,
     ServiceDef,
     TrainingType,
@@ -30,40 +30,16 @@ from cw_cli.frameworks.base import (
 from cw_cli.frameworks.distributed import MASTER_ADDR_ENV, MASTER_PORT, MASTER_PORT_ENV, NODE_RANK_ENV, NUM_NODES_ENV
 from cw_cli.frameworks.registry import LoadedFramework
 from cw_cli.frameworks.runtime_files import (
-    IDENTITY_ENV,
-    RESUME_CHANGED_ENV,
-    KEEPER_FILE,
     ENTRYPOINT_FILE,
+    IDENTITY_ENV,
+    KEEPER_FILE,
     PIP_FILE,
+    RESUME_CHANGED_ENV,
     WAIT_FILE,
     runtime_file,
     with_launcher,
     with_requirements,
 )
-from cw_cli.render.jobset import GROUP_VERSION_PATH as JOBSET_API, gang, trainer_address
-from cw_cli.render.keeper import (
-    keeper_container,
-    keeper_rules,
-    keeper_subjects,
-    token_volume,
-)
-from cw_cli.render.naming import object_names
-from cw_cli.render.outputs import place_outputs
-from cw_cli.render.shipped_files import (
-    check_size,
-    configmap_payload,
-    referenced_modules,
-    ship_referenced,
-    text_file,
-    user_files,
-)
-from cw_cli.render.storage import pod_volumes, storage_env
-from cw_cli.render.tracking import (
-    tensorboard_dir,
-    tracking_env,
-    wandb_url,
-)
-from cw_cli.render.templates import render_manifest
 from cw_cli.labels import (
     COMPLETION_INDEX_ANNOTATION,
     COMPONENT_LABEL,
@@ -83,6 +59,31 @@ from cw_cli.labels import (
     TYPE_LABEL,
     VERSION_LABEL,
     WANDB_URL_ANNOTATION,
+)
+from cw_cli.render.jobset import GROUP_VERSION_PATH as JOBSET_API
+from cw_cli.render.jobset import gang, trainer_address
+from cw_cli.render.keeper import (
+    keeper_container,
+    keeper_rules,
+    keeper_subjects,
+    token_volume,
+)
+from cw_cli.render.naming import object_names
+from cw_cli.render.outputs import place_outputs
+from cw_cli.render.shipped_files import (
+    check_size,
+    configmap_payload,
+    referenced_modules,
+    ship_referenced,
+    text_file,
+    user_files,
+)
+from cw_cli.render.storage import pod_volumes, storage_env
+from cw_cli.render.templates import render_manifest
+from cw_cli.render.tracking import (
+    tensorboard_dir,
+    tracking_env,
+    wandb_url,
 )
 
 #: Seconds a run's trainer waits for its servers (and cw for them) unless --timeout says otherwise.
@@ -154,7 +155,8 @@ class Plan:
 
     def to_yaml(self) -> str:
         """The manifests as multi-document YAML."""
-        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: ~10x faster; the same data (tests/unit/test_libyaml_dump_reads_back_the_same.py)
+        # libyaml: ~10x faster, the same data (tests/unit/test_libyaml_dump_reads_back_the_same.py)
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
         return yaml.dump_all(self.manifests, Dumper=dumper, sort_keys=False, default_flow_style=False, width=1000)
 
 

@@ -161,7 +161,7 @@ def _matches(config: Any, pattern: KeyPattern, prefix: tuple[str | int, ...] = (
     if head == EACH:
         if not isinstance(config, list):
             return []
-        found = []
+        found: list[tuple[Any, Any, tuple[Any, ...]]] = []
         for index, item in enumerate(config):
             found += _matches(item, rest, (*prefix, index)) if rest else [(config, index, (*prefix, index))]
         return found

@@ -30,7 +30,8 @@ import os
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["remote_reward", "score_texts", "score_conversations", "RewardServerError"]
 

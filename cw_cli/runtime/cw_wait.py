@@ -1,7 +1,10 @@
 # cw: the trainer's init container runs this (python3 -c) until a server answers; it gives up at
 # the launch's services timeout, so a server that never answers ends the trainer (and, through
 # the keeper, the servers) instead of holding GPUs forever. Arguments: URL, seconds.
-import sys, time, urllib.request
+import sys
+import time
+import urllib.request
+
 url, deadline = sys.argv[1], time.monotonic() + float(sys.argv[2])
 while True:
     try:

@@ -34,8 +34,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Sequence
+from typing import Any
 
 LOG = logging.getLogger("cw.reward_server")
 
@@ -83,11 +84,11 @@ class RewardModel:
         self._lock = threading.Lock()
 
     def format_messages(self, conversations: Sequence[Sequence[dict]]) -> list[str]:
-        texts = []
+        texts: list[str] = []
         has_template = bool(getattr(self.tokenizer, "chat_template", None))
         for conv in conversations:
             if has_template:
-                texts.append(self.tokenizer.apply_chat_template(list(conv), tokenize=False))
+                texts.append(str(self.tokenizer.apply_chat_template(list(conv), tokenize=False)))
             else:
                 texts.append("\n".join(f"{m.get('role', 'user')}: {m.get('content', '')}" for m in conv))
         return texts
@@ -242,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     scorer = RewardModel(args.model, device=args.device, dtype=args.dtype, max_length=args.max_length,
                          batch_size=args.batch_size, trust_remote_code=args.trust_remote_code)
     server = make_server(scorer, args.host, args.port)
-    host, port = server.server_address[:2]
+    host, port = str(server.server_address[0]), server.server_address[1]
     LOG.info("reward server ready on http://%s:%s (model=%s device=%s batch_size=%d)",
              host, port, args.model, scorer.device, scorer.batch_size)
     print(f"cw-reward-server listening on {host}:{port}", flush=True)

@@ -180,7 +180,8 @@ def namespace(kube_api) -> str:
 @pytest.fixture
 def queued_namespace(kueue_cluster, wait_for):
     """(api client, env for cw, a fresh namespace with the LocalQueue `cw`) on the `kueue_cluster`."""
-    from kubernetes import client, config as kconfig
+    from kubernetes import client
+    from kubernetes import config as kconfig
 
     from cw_cli.localcluster.kueue import local_queue
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client
+from test_cw_end_to_end import SFT_CONFIG
 
 from cw_cli import api
 from cw_cli.errors import Conflict, RunFailed
-from test_cw_end_to_end import SFT_CONFIG
 
 
 @pytest.fixture

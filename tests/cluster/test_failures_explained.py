@@ -17,10 +17,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import pytest
 import yaml
 from kubernetes import client
-
 from test_cw_end_to_end import GRPO_CONFIG, SFT_CONFIG, run_cw, write_config
 
 CUDA_OOM = """\
@@ -221,7 +219,6 @@ def _check_crash_loop_and_init_wait(core, custom, namespace, cw_env, tmp_path, w
 
 
 def test_json_of_a_live_run_all_namespaces_filters_and_run_name_completion(kube_api, namespace, cw_env, tmp_path, wait_for):
-    core = client.CoreV1Api(kube_api)
     data = {**SFT_CONFIG, "annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "600s"}}
     _launched({"live": _launch(cw_env, tmp_path, namespace, "live", data, "trl", "sft", "--gpu", "2")})
     batch = client.BatchV1Api(kube_api)

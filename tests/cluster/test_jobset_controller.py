@@ -7,7 +7,6 @@ completes the pods of the Jobs JobSet creates (they are owned by a Job).
 
 from __future__ import annotations
 
-
 import pytest
 from kubernetes import client
 

@@ -14,7 +14,6 @@ from datetime import datetime, timezone
 
 import pytest
 from kubernetes import client
-
 from test_cw_end_to_end import GRPO_CONFIG, SFT_CONFIG, run_cw, write_config
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-
 from test_cw_end_to_end import SFT_CONFIG, run_cw, write_config
 
 #: Trainer pods run this long under KWOK, so three 8-GPU runs overlap on 16 GPUs.

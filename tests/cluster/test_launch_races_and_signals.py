@@ -16,7 +16,6 @@ from pathlib import Path
 
 import yaml
 from kubernetes import client
-
 from test_cw_end_to_end import GRPO_CONFIG, SFT_CONFIG, reject_config_maps_containing, run_cw, run_objects, write_config
 
 #: A child that has already imported everything a launch needs, waiting for "go" on stdin.

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-
 from test_cw_end_to_end import SFT_CONFIG, run_cw, write_config
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"

@@ -9,7 +9,6 @@ or refuses, each of its calls.
 
 from __future__ import annotations
 
-import json
 import os
 import ssl
 import subprocess
@@ -21,7 +20,6 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-
 from test_cw_end_to_end import GRPO_CONFIG, run_cw, write_config
 
 TWO_MINUTES = 120

@@ -7,10 +7,10 @@ import time
 
 import pytest
 from kubernetes import client
+from test_cw_end_to_end import SFT_CONFIG, run_cw, write_config
 
 from cw_cli import api
 from cw_cli.errors import Conflict
-from test_cw_end_to_end import SFT_CONFIG, run_cw, write_config
 
 SWEEP_LABEL = "cw-cli.dev/sweep"
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-
 from training_helpers import (
-    CONFIGS_DIR,
     OFFLINE_ENV,
     RUNTIME_DIR,
     RewardServerProcess,

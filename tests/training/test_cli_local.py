@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from training_helpers import CONFIGS_DIR, OFFLINE_ENV
 
 pytestmark = pytest.mark.training

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from training_helpers import OFFLINE_ENV, REPO
 
 from cw_cli.localrun.runner import configmap_files, map_paths
-from training_helpers import OFFLINE_ENV, REPO
 
 sys.path.insert(0, str(REPO / "tests" / "unit"))
 from test_public_config_corpus import ACCEPTED, _plan  # noqa: E402

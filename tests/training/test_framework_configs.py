@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from training_helpers import CONFIGS_DIR, OFFLINE_ENV
 
 pytestmark = pytest.mark.training

@@ -17,13 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_trl_cpu import CPU_OVERRIDES
+from training_helpers import CONFIGS_DIR, OFFLINE_ENV, REPO, RewardServerProcess
 
 from cw_cli.localrun.runner import LocalRunner
 from cw_cli.metrics.parse import RecordParser, RunMetrics, default_metrics, records_from_log_history
 from cw_cli.metrics.sources import load_path
-
-from test_trl_cpu import CPU_OVERRIDES
-from training_helpers import CONFIGS_DIR, OFFLINE_ENV, REPO, RewardServerProcess
 
 pytestmark = pytest.mark.training
 

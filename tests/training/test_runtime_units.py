@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from training_helpers import RUNTIME_DIR
 
 from cw_cli.localrun.runner import (
     LocalRunError,
@@ -20,7 +21,6 @@ from cw_cli.localrun.runner import (
     expand_vars,
     map_paths,
 )
-from training_helpers import RUNTIME_DIR
 
 
 def _load(name: str):
@@ -123,7 +123,6 @@ def test_the_rendered_trainer_carries_its_config_hash_and_resume_choice(tmp_path
     import sys
 
     import yaml
-
     from training_helpers import REPO
 
     config = REPO / "configs" / "local-sft.yaml"

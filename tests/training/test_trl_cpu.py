@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
+from training_helpers import CONFIGS_DIR, OFFLINE_ENV, RewardServerProcess
 
 from cw_cli.localrun.runner import LocalRunner
-
-from training_helpers import CONFIGS_DIR, OFFLINE_ENV, RewardServerProcess
 
 pytestmark = pytest.mark.training
 

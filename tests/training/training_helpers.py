@@ -79,7 +79,7 @@ class RewardServerProcess:
             wait_http(self.url + "/health", proc=self.proc)
         except Exception:
             self.stop()
-            raise RuntimeError("reward server did not start:\n" + log.read_text())
+            raise RuntimeError("reward server did not start:\n" + log.read_text()) from None
 
     def stats(self) -> dict:
         return get_json(self.url + "/stats")

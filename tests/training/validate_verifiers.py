@@ -19,10 +19,11 @@ import importlib.util
 import json
 import os
 import sys
-import tomllib
 from contextlib import nullcontext
 from importlib.metadata import version
 from pathlib import Path
+
+import tomllib
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

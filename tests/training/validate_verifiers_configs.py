@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from validate_verifiers import parse_server_args, rl_config_class  # noqa: E402

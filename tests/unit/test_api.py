@@ -7,10 +7,10 @@ import sys
 
 import pytest
 import yaml
+from unit_helpers import CONFIGS, mounted_config
 
 from cw_cli import api
 from cw_cli.errors import ConfigError
-from unit_helpers import CONFIGS, mounted_config
 
 SFT = {"model_name_or_path": "m", "dataset_name": "d", "checkpoint_volume": "ckpt", "gpu": 2}
 

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 import yaml
-
 from unit_helpers import CONFIGS, REPO
 
 FAKE_KUBERNETES = "raise ImportError('the kubernetes package must not be imported here')\n"

@@ -8,10 +8,10 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from unit_helpers import CONFIGS, container, env_map, plan_for, write_config
 
 from cw_cli.errors import ConfigError
 from cw_cli.frameworks.tracking import reported_to
-from unit_helpers import CONFIGS, container, env_map, plan_for, write_config
 
 RUN = "golden-run"
 SFT = {"model_name_or_path": "m", "dataset_name": "d", "checkpoint_volume": "ckpt"}

@@ -20,7 +20,6 @@ import yaml
 pytest.importorskip("hypothesis")  # the `test` extra; skipped, not failed, without it
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-
 from unit_helpers import builtin_registry  # noqa: E402
 
 #: Names the generated documents use as keys: cw's fields, TRL keys cw reads, and anything.

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from unit_helpers import CONFIGS, EXPECTED, REPO, container, kinds_and_names, mounted_config, obj, plan_for, pod_spec, reparse
 
 RUN = "golden-run"

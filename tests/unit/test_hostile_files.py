@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from unit_helpers import CONFIGS, builtin_registry
 
 BASE = "checkpoint_volume: ckpts\nmodel_name_or_path: m\ndataset_name: d\n"

@@ -6,11 +6,10 @@ import json
 
 import pytest
 import yaml
+from unit_helpers import container, env_map, kinds_and_names, mounted_config, obj, plan_for, pod_spec, reparse, write_config
 
 from cw_cli.config.models import image_problem
 from cw_cli.errors import ConfigError
-
-from unit_helpers import container, env_map, kinds_and_names, mounted_config, obj, plan_for, pod_spec, reparse, write_config
 
 RUN = "golden-run"
 HOSTILE = [

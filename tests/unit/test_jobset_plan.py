@@ -9,10 +9,10 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from unit_helpers import CONFIGS, env_map, kinds_and_names, mounted_config, obj, plan_for, write_config
 
 from cw_cli.errors import ConfigError
 from cw_cli.k8s.inspect import jobset_state
-from unit_helpers import CONFIGS, env_map, kinds_and_names, mounted_config, obj, plan_for, write_config
 
 RUN = "golden-run"
 SFT = {"model_name_or_path": "m", "dataset_name": "d", "gpu": 8, "checkpoint_volume": "ckpt"}

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from unit_helpers import REPO
 
 from cw_cli.errors import NotFound
 from cw_cli.metrics.chart import chart_text, draw
@@ -35,8 +36,6 @@ from cw_cli.metrics.parse import (
     records_from_log_history,
 )
 from cw_cli.metrics.sources import load_path, newest_trainer_state, read_lines
-
-from unit_helpers import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "metrics"
 RECORDED = sorted(FIXTURES.glob("*.log"))
@@ -366,8 +365,8 @@ def test_follow_redraws_table_and_chart_from_the_streamed_log(monkeypatch):
     """--follow without a cluster: the pod's log stream is replaced by the recorded lines."""
     from rich.console import Console
 
-    import cw_cli.cli.options as options
     import cw_cli.cli.metrics as command
+    import cw_cli.cli.options as options
     import cw_cli.metrics.sources as sources
 
     calls = []

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from unit_helpers import CONFIGS, container, env_map, kinds_and_names, obj, plan_for, pod_spec, write_config
 
 from cw_cli.errors import ConfigError
-from unit_helpers import CONFIGS, container, env_map, kinds_and_names, obj, plan_for, pod_spec, write_config
 
 RUN = "golden-run"
 BASE = {"model_name_or_path": "m", "dataset_name": "d", "gpu": 8}

@@ -9,11 +9,10 @@ import sys
 from typing import Any
 
 import yaml
+from unit_helpers import REPO
 
 from cw_cli.cli.formats import check_states, dump, list_dict, state_key, status_dict
 from cw_cli.k8s.inspect import LIST_LOG_LINES, list_runs, run_status
-
-from unit_helpers import REPO
 
 #: The documented fields (docs/output.md). Changing these breaks users' scripts: add, never rename.
 RUN_FIELDS = [

@@ -6,9 +6,9 @@ from __future__ import annotations
 import base64
 
 import pytest
+from unit_helpers import container, env_map, mounted_config, obj, plan_for, pod_spec, write_config
 
 from cw_cli.errors import ConfigError
-from unit_helpers import container, env_map, mounted_config, obj, plan_for, pod_spec, write_config
 
 RUN = "golden-run"
 SFT = {"model_name_or_path": "m", "dataset_name": "d"}
@@ -71,8 +71,9 @@ def test_a_config_that_pushes_to_the_hub_may_run_without_a_volume_with_a_warning
 
 
 def test_a_local_run_needs_no_volume(tmp_path):
-    from cw_cli.render.plan import RunRequest, build_plan
     from unit_helpers import builtin_registry, load
+
+    from cw_cli.render.plan import RunRequest, build_plan
 
     path = write_config(tmp_path, {**SFT, "checkpoint_volume": None})
     loaded, training_type = builtin_registry().resolve_type("trl", "sft")

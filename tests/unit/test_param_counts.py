@@ -13,13 +13,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from cw_cli.estimate import count_parameters, lora_trainable_parameters
-
 import peft  # noqa: E402 - the train extra: these counts are checked against the libraries themselves
+import pytest
 import torch  # noqa: E402
 import transformers  # noqa: E402
+
+from cw_cli.estimate import count_parameters, lora_trainable_parameters
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "model_configs"
 REAL = sorted(FIXTURES.glob("*.json"))

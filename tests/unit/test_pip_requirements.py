@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from unit_helpers import container, obj, plan_for, write_config
 
 from cw_cli.errors import ConfigError
 from cw_cli.frameworks.runtime_files import PIP_FILE, runtime_file
-from unit_helpers import container, obj, plan_for, write_config
 
 RUN = "golden-run"
 SFT = {"model_name_or_path": "m", "dataset_name": "d"}

@@ -5,9 +5,8 @@ profile; only the server keeper carries an API token; the servers admit only the
 from __future__ import annotations
 
 import pytest
-
-from unit_helpers import CONFIGS, obj, plan_for, pod_spec
 from test_golden_rendering import GOLDEN_CONFIGS
+from unit_helpers import CONFIGS, obj, plan_for, pod_spec
 
 SERVICES_TTL = 6 * 3600
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from unit_helpers import container, env_map, load, mounted_config, plan_for, pod_spec, write_config
 
 BASE = {"model_name_or_path": "m", "dataset_name": "d"}

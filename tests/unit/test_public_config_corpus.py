@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from unit_helpers import REPO, container, mounted_config, obj, plan_for
 
 CORPUS = REPO / "tests" / "corpus"
@@ -145,7 +144,6 @@ def test_public_config_runs_as_written(entry):
 
     # The config's own keys arrive unchanged, except the ones cw documents.
     from cw_cli.config.models import CLUSTER_FIELDS
-
     from cw_cli.frameworks.trl import RENAMED_KEYS
 
     changed = CHANGED_BY_CW[framework] | {keys[0] for keys in _file_keys(framework)}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from unit_helpers import CONFIGS, container, obj, plan_for, pod_spec
 
 RUN = "golden-run"

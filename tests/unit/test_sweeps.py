@@ -7,11 +7,11 @@ import sys
 
 import pytest
 import yaml
+from unit_helpers import env_map, mounted_config
 
 from cw_cli import api
 from cw_cli.errors import ConfigError
 from cw_cli.sweep import SweepSpec, parse_flag, run_names
-from unit_helpers import env_map, mounted_config
 
 BASE = {"model_name_or_path": "m", "dataset_name": "d", "checkpoint_volume": "ckpt", "gpu": 1}
 SWEEP_LABEL = "cw-cli.dev/sweep"

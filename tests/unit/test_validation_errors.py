@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from unit_helpers import builtin_registry, load, plan_for, write_config
 
 from cw_cli.errors import ConfigError, ExitCode, FrameworkError
-from unit_helpers import builtin_registry, load, plan_for, write_config
 
 GOOD = "model_name_or_path: m\ndataset_name: d\n"
 

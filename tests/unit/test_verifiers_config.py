@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import shutil
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 import yaml
+from unit_helpers import CONFIGS, container, kinds_and_names, obj, plan_for, write_config
 
 from cw_cli.errors import ConfigError
 from cw_cli.frameworks.verifiers import VERIFIERS_STACK, WEIGHT_SYNC_PORT, server_flags
-from unit_helpers import CONFIGS, container, kinds_and_names, obj, plan_for, write_config
 
 RUN = "golden-run"
 EXAMPLE = CONFIGS / "verifiers-grpo.yaml"
