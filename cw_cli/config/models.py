@@ -10,8 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
-from pydantic import WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
 from pydantic.functional_validators import BeforeValidator
 
 from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity

@@ -62,7 +62,7 @@ def _safe_base() -> type:
     except ImportError:  # PyYAML built without libyaml
         return yaml.SafeLoader
 
-    class LibyamlSafeLoader(Composer, CParser, SafeConstructor, Resolver):  # type: ignore[misc,valid-type]
+    class LibyamlSafeLoader(Composer, CParser, SafeConstructor, Resolver):
         def __init__(self, stream: str) -> None:
             CParser.__init__(self, stream)
             Composer.__init__(self)
@@ -222,8 +222,9 @@ def _check_nodes(loader: ConfigLoader, root: yaml.Node) -> tuple[dict[KeyPath, i
             return
         if isinstance(node, yaml.SequenceNode):
             for index, item in enumerate(node.value):
-                lines[(*path, index)] = item.start_mark.line + 1
-                walk(item, (*path, index))
+                key = (*path, index)
+                lines[key] = item.start_mark.line + 1
+                walk(item, key)
             return
         seen: dict[tuple[str, object], int] = {}  # (tag, key) -> line
         for key_node, value_node in node.value:
@@ -464,7 +465,7 @@ def load_config_file(path: Path) -> YamlSource:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+        import tomli as tomllib
     text = _read(path)
     _check_toml_keys(path, text)
     try:

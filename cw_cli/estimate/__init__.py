@@ -13,13 +13,13 @@ from cw_cli.estimate.gpus import (
     parse_memory,
 )
 from cw_cli.estimate.memory import Estimate, TrainerMemory, TrainingSetup, estimate_memory
-from cw_cli.estimate.vllm import VllmMemory, VllmSetup, kv_bytes_per_token, vllm_memory
 from cw_cli.estimate.params import (
     ParamCounts,
     UnknownArchitectureError,
     count_parameters,
     lora_trainable_parameters,
 )
+from cw_cli.estimate.vllm import VllmMemory, VllmSetup, kv_bytes_per_token, vllm_memory
 
 __all__ = [
     "Estimate",

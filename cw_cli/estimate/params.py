@@ -10,9 +10,9 @@ installed. See docs/estimate.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 ALL_LINEAR = "all-linear"  # PEFT's shorthand: every nn.Linear except the output layer
 
@@ -150,7 +150,7 @@ class _Cfg:
             value = self.defaults.get(key, default)
         return value
 
-    def int(self, key: str, default: int | None = None) -> int:
+    def integer(self, key: str, default: int | None = None) -> int:
         value = self.get(key, default)
         if value is None:
             raise ValueError(f"config.json has no `{key}`")
@@ -158,20 +158,20 @@ class _Cfg:
 
     @property
     def hidden(self) -> int:
-        return self.int("hidden_size")
+        return self.integer("hidden_size")
 
     @property
     def heads(self) -> int:
-        return self.int("num_attention_heads")
+        return self.integer("num_attention_heads")
 
     @property
     def kv_heads(self) -> int:
-        return self.int("num_key_value_heads", self.heads)
+        return self.integer("num_key_value_heads", self.heads)
 
     @property
     def head_dim(self) -> int:
         # Gemma and Qwen3 set head_dim independently of hidden_size / heads
-        return self.int("head_dim", self.hidden // self.heads)
+        return self.integer("head_dim", self.hidden // self.heads)
 
     @property
     def tied(self) -> bool:
@@ -204,15 +204,15 @@ def _dense(
 ) -> Architecture:
     """A decoder of identical dense layers with RMSNorms (weight only)."""
     h = c.hidden
-    layer = Layer(attn + _gated_mlp(h, c.int("intermediate_size"), mlp_bias), norms * h + extra)
+    layer = Layer(attn + _gated_mlp(h, c.integer("intermediate_size"), mlp_bias), norms * h + extra)
     return Architecture(
-        c.int("vocab_size"), h, (layer,) * c.int("num_hidden_layers"), h, c.tied
+        c.integer("vocab_size"), h, (layer,) * c.integer("num_hidden_layers"), h, c.tied
     )
 
 
 def _num_experts(c: _Cfg) -> int:
     # the hub's Qwen configs say num_experts; transformers 5 saves qwen3_moe as num_local_experts
-    return c.int("num_local_experts", c.int("num_experts", 0))
+    return c.integer("num_local_experts", c.integer("num_experts", 0))
 
 
 def _peft_moe_per_rank(h: int, inter: int, experts: int) -> int:
@@ -227,7 +227,7 @@ def _peft_moe_per_rank(h: int, inter: int, experts: int) -> int:
 
 def _is_sparse(c: _Cfg, i: int) -> bool:
     """Qwen-MoE's rule for which layers carry experts."""
-    step = c.int("decoder_sparse_step", 1)
+    step = c.integer("decoder_sparse_step", 1)
     return (
         i not in (c.get("mlp_only_layers") or [])
         and _num_experts(c) > 0
@@ -274,7 +274,7 @@ def _gemma3_text(c: _Cfg) -> Architecture:
 
 
 def _phi3(c: _Cfg) -> Architecture:
-    h, hd, inter = c.hidden, c.head_dim, c.int("intermediate_size")
+    h, hd, inter = c.hidden, c.head_dim, c.integer("intermediate_size")
     qkv = (c.heads + 2 * c.kv_heads) * hd
     linears = (
         Linear("qkv_proj", h, qkv),
@@ -283,11 +283,11 @@ def _phi3(c: _Cfg) -> Architecture:
         Linear("down_proj", inter, h),
     )
     layer = Layer(linears, 2 * h)
-    return Architecture(c.int("vocab_size"), h, (layer,) * c.int("num_hidden_layers"), h, c.tied)
+    return Architecture(c.integer("vocab_size"), h, (layer,) * c.integer("num_hidden_layers"), h, c.tied)
 
 
 def _gpt_neox(c: _Cfg) -> Architecture:
-    h, inter = c.hidden, c.int("intermediate_size")
+    h, inter = c.hidden, c.integer("intermediate_size")
     bias = bool(c.get("attention_bias", True))
     linears = (
         Linear("query_key_value", h, 3 * h, bias),
@@ -297,14 +297,14 @@ def _gpt_neox(c: _Cfg) -> Architecture:
     )
     layer = Layer(linears, 2 * 2 * h)  # two LayerNorms, weight and bias
     return Architecture(
-        c.int("vocab_size"), h, (layer,) * c.int("num_hidden_layers"), 2 * h, c.tied,
+        c.integer("vocab_size"), h, (layer,) * c.integer("num_hidden_layers"), 2 * h, c.tied,
         embed_name="embed_in", head_name="embed_out",
     )
 
 
 def _mixtral(c: _Cfg) -> Architecture:
-    h, inter = c.hidden, c.int("intermediate_size")
-    experts, top_k = _num_experts(c), c.int("num_experts_per_tok")
+    h, inter = c.hidden, c.integer("intermediate_size")
+    experts, top_k = _num_experts(c), c.integer("num_experts_per_tok")
     expert = 3 * h * inter  # fused gate_up_proj [E, 2I, H] and down_proj [E, H, I]
     layer = Layer(
         _attention(c, False, False),
@@ -313,29 +313,29 @@ def _mixtral(c: _Cfg) -> Architecture:
         experts_active=top_k * expert,
         all_linear_per_rank=_peft_moe_per_rank(h, inter, experts),
     )
-    return Architecture(c.int("vocab_size"), h, (layer,) * c.int("num_hidden_layers"), h, c.tied)
+    return Architecture(c.integer("vocab_size"), h, (layer,) * c.integer("num_hidden_layers"), h, c.tied)
 
 
 def _qwen_moe(c: _Cfg, attn: tuple[Linear, ...], qk_norm: int, shared: bool) -> Architecture:
-    h, moe_inter = c.hidden, c.int("moe_intermediate_size")
-    experts, top_k = _num_experts(c), c.int("num_experts_per_tok", 0)
+    h, moe_inter = c.hidden, c.integer("moe_intermediate_size")
+    experts, top_k = _num_experts(c), c.integer("num_experts_per_tok", 0)
     expert = 3 * h * moe_inter
     # PEFT's all-linear reaches Qwen3-MoE's router and experts but not Qwen2-MoE's (measured)
     peft_moe = 0 if shared else _peft_moe_per_rank(h, moe_inter, experts)
     layers = []
-    for i in range(c.int("num_hidden_layers")):
+    for i in range(c.integer("num_hidden_layers")):
         norms = 2 * h + qk_norm
         if not _is_sparse(c, i):
-            layers.append(Layer(attn + _gated_mlp(h, c.int("intermediate_size")), norms))
+            layers.append(Layer(attn + _gated_mlp(h, c.integer("intermediate_size")), norms))
             continue
         linears = attn
         if shared:  # Qwen2-MoE: one always-on shared expert and its sigmoid gate
-            linears += _gated_mlp(h, c.int("shared_expert_intermediate_size"))
+            linears += _gated_mlp(h, c.integer("shared_expert_intermediate_size"))
             linears += (Linear("shared_expert_gate", h, 1),)
         layers.append(
             Layer(linears, norms + experts * h, experts * expert, top_k * expert, peft_moe)
         )
-    return Architecture(c.int("vocab_size"), h, tuple(layers), h, c.tied)
+    return Architecture(c.integer("vocab_size"), h, tuple(layers), h, c.tied)
 
 
 def _qwen2_moe(c: _Cfg) -> Architecture:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from functools import lru_cache
 from pathlib import Path
-from collections.abc import Collection
 from typing import Any
 
 from cw_cli import __version__

@@ -556,8 +556,8 @@ def run_status(kube: Kube, run_name: str) -> RunView:
         )
     from cw_cli.k8s.diagnose import preemption_events
 
-    pods: list[dict[str, Any]] = fetched["Pod"]  # type: ignore[assignment]
-    refusals: list[dict[str, Any]] | None = fetched["failed-create"]  # type: ignore[assignment]
+    pods: list[dict[str, Any]] = fetched["Pod"]
+    refusals: list[dict[str, Any]] | None = fetched["failed-create"]
     live, _ = _live_pods(view, pods)
     pending = [p for p in pods if _phase(p) == "Pending"]
     jobs = [obj for kind, obj in objects if kind == "Job"]
@@ -577,7 +577,7 @@ def run_status(kube: Kube, run_name: str) -> RunView:
     later = gather(more)
 
     _explain_run(view, owners.get((kube.namespace, run_name), []), pods, later.get("logs", {}))
-    view.explanations += preemption_events(fetched["preempted"], run_name, {e.pod for e in view.explanations if e.pod})  # type: ignore[arg-type]
+    view.explanations += preemption_events(fetched["preempted"], run_name, {e.pod for e in view.explanations if e.pod})
     explained = {e.pod for e in view.explanations}
     capacity = later.get("capacity", {})
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
@@ -628,7 +628,7 @@ def _gang_objects(kube: Kube, run_name: str) -> tuple[dict[str, Any] | None, str
         "queue": lambda: queue_summary(kube, jobset),
         "jobs": lambda: kube.list("Job", f"{JOBSET_NAME_LABEL}={run_name}"),
     })  # fmt: skip
-    return jobset, found["queue"], found["jobs"]  # type: ignore[return-value]
+    return jobset, found["queue"], found["jobs"]
 
 
 def _gang_status(

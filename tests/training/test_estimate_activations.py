@@ -18,15 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import peft  # noqa: E402 - the train extra: a missing one fails CI instead of skipping
 import pytest
+import torch  # noqa: E402
+import transformers  # noqa: E402
 
 from cw_cli.estimate import TrainingSetup, estimate_memory
 from cw_cli.estimate.activations import ComputeSetup, layer_bytes_per_token
 from cw_cli.estimate.shapes import model_shape
-
-import peft  # noqa: E402 - the train extra: a missing one fails CI instead of skipping
-import torch  # noqa: E402
-import transformers  # noqa: E402
 
 pytestmark = pytest.mark.training
 

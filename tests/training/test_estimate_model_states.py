@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from cw_cli.estimate import TrainingSetup, estimate_memory
-
 import peft  # noqa: E402 - the train extra: a missing one fails CI instead of skipping
+import pytest
 import torch  # noqa: E402
 import transformers  # noqa: E402
+
+from cw_cli.estimate import TrainingSetup, estimate_memory
 
 pytestmark = pytest.mark.training
 

@@ -19,7 +19,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+# the train extra: the comparisons run the libraries themselves (a missing one fails CI)
+import accelerate  # noqa: E402
 import pytest
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from accelerate.commands.estimate import (  # noqa: E402
+    calculate_maximum_sizes,
+    estimate_training_usage,
+)
 
 from cw_cli.estimate import (
     TrainingSetup,
@@ -37,15 +45,6 @@ from cw_cli.estimate import (
 from cw_cli.estimate.activations import ComputeSetup, logits_bytes_per_token
 from cw_cli.estimate.memory import GIB, TrainerMemory
 from cw_cli.estimate.shapes import model_shape
-
-# the train extra: the comparisons run the libraries themselves (a missing one fails CI)
-import accelerate  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from accelerate.commands.estimate import (  # noqa: E402
-    calculate_maximum_sizes,
-    estimate_training_usage,
-)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CONFIGS = FIXTURES / "model_configs"
