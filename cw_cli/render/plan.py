@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -71,6 +72,7 @@ from cw_cli.render.keeper import (
 from cw_cli.render.naming import object_names
 from cw_cli.render.outputs import place_outputs
 from cw_cli.render.shipped_files import (
+    ShippedFile,
     check_size,
     configmap_payload,
     referenced_modules,
@@ -413,8 +415,46 @@ def _use_jobset(request: RunRequest, has_services: bool) -> tuple[bool, list[str
     return False, notes
 
 
+#: cw's pod-side files a run's ConfigMap may carry: a user's file may not take their names.
+RUNTIME_KEYS = (PIP_FILE, ENTRYPOINT_FILE, KEEPER_FILE)
+
+
+@dataclass
+class _FrameworkOutput:
+    """What the framework makes of the run's native config: the files, services and packages."""
+
+    prepared: dict[str, Any]
+    config_text: str
+    files: list[ShippedFile]
+    services: list[ServiceDef]
+    requirements: list[str]
+    notices: list[str]
+
+
+@dataclass
+class _Scope:
+    """What every manifest of one run is rendered with."""
+
+    request: RunRequest
+    context: RunContext
+    common: dict[str, Any]
+    dirs: list[Path]
+    templates: dict[str, str]
+    labels: dict[str, str]
+    image: str
+    pull_policy: str
+    base_env: dict[str, str]
+    secret_refs: dict[str, Any]
+    config_items: list[dict[str, Any]]
+
+    def render(self, template: str, values: dict[str, Any], kind: str, name: str) -> dict[str, Any]:
+        """One manifest from one of the run's templates, with the common values."""
+        return render_manifest(self.templates[template], {**self.common, **values}, self.dirs, kind, name)
+
+
 def build_plan(request: RunRequest) -> Plan:
-    """Render every manifest of a run.
+    """Render every manifest of a run, in steps: the framework's files and services, the
+    ConfigMap, the trainer Job, the servers, then the owner (Job or JobSet) and its links.
 
     Args:
         request: The framework, config, run name and mode.
@@ -426,18 +466,59 @@ def build_plan(request: RunRequest) -> Plan:
         ConfigError: The framework cannot build this run (e.g. a missing reward file).
         TemplateError: A template is broken.
     """
-    framework = request.framework.framework
     cluster = request.config.cluster
-    names = object_names(request.run_name)
     context = RunContext(
         run_name=request.run_name,
         training_type=request.training_type,
         cluster=cluster,
-        names=names,
+        names=object_names(request.run_name),
         services_only=request.services_only,
     )
+    output = _framework_output(request, context)
+    use_jobset, jobset_notes = _use_jobset(request, bool(output.services))
+    files = _configmap_files(request, output, use_jobset)
+    _check_modes(request, output.services)
+    plan = Plan(
+        run_name=request.run_name,
+        managed_suspend=cluster.queue is None,
+        notices=[*request.config.notices, *_volume_choice(request, request.framework.framework), *output.notices, *jobset_notes],
+    )
+    data, binary_data, config_items = configmap_payload(files)
+    scope = _scope(request, context, config_items)
+    names = context.names
+    trainer_job = None if request.services_only else _trainer_job(scope, output, use_jobset)
+    if trainer_job is not None and not use_jobset:
+        plan.manifests.append(trainer_job)
+        plan.trainer_job = names["trainer"]
+    plan.manifests.append(scope.render("configmap", {"files": data, "binary_files": binary_data}, "ConfigMap", names["config"]))
+    if not request.services_only and cluster.nodes > 1 and not use_jobset:
+        plan.manifests.append(scope.render("headless_service", {}, "Service", names["nodes"]))
+    server_names = [f"{request.run_name}-{service.role}" for service in output.services]
+    keeper_account = cluster.service_account or names["keeper"]
+    if output.services and not use_jobset:
+        plan.manifests += _keeper_rbac(request, scope.common, scope.dirs, scope.templates, server_names, keeper_account)
+    plan.manifests.append(scope.render("networkpolicy", {}, "NetworkPolicy", names["network"]))
+    gang_servers = _servers(scope, plan, output, use_jobset, keeper_account)
+    if use_jobset and trainer_job is not None:
+        jobset_labels = {**scope.labels, COMPONENT_LABEL: TRAINER}
+        if cluster.queue:
+            jobset_labels[KUEUE_QUEUE_LABEL] = cluster.queue
+        plan.manifests.insert(0, gang(request.run_name, jobset_labels, trainer_job, gang_servers, cluster.max_restarts))
+        plan.trainer_job = request.run_name
+        plan.owner_kind = "JobSet"
+        plan.gang_servers = [role for role, _ in gang_servers]
+    elif request.services_only:
+        plan.owner_kind = "ConfigMap"
+    if plan.trainer_job is not None:
+        _link_tracking(plan, request, context)
+    return plan
+
+
+def _framework_output(request: RunRequest, context: RunContext) -> _FrameworkOutput:
+    """The framework's mounted config, its files and the user's, its services and packages."""
+    framework = request.framework.framework
+    cluster = request.config.cluster
     path = request.config.path
-    notices = [*request.config.notices, *_volume_choice(request, framework)]
     try:
         native, moved = place_outputs(request.config.native, framework.output_keys, context.output_dir)
         native, referenced, shipped_notes = ship_referenced(native, framework.file_keys, path.parent)
@@ -447,23 +528,13 @@ def build_plan(request: RunRequest) -> Plan:
         modules, module_notes = referenced_modules(
             native, framework.module_keys, path.parent, {f.key for f in user_shipped}
         )
-        user_shipped += modules
-        shipped_notes += module_notes
         framework_files = framework.config_files(native, context, path.parent)
         services = framework.services(native, context)
         requirements = [*framework.pip_packages(prepared, context), *cluster.pip]
     except (ValueError, KeyError) as exc:
         raise ConfigError([f"{path}: {exc}"]) from None
-    notices += moved + shipped_notes
-    use_jobset, jobset_notes = _use_jobset(request, bool(services))
-    notices += jobset_notes
-    if requirements:
-        framework_files[PIP_FILE] = runtime_file(PIP_FILE)
-    if not request.services_only:
-        framework_files[ENTRYPOINT_FILE] = runtime_file(ENTRYPOINT_FILE)
-    if services and not use_jobset:  # a JobSet stops its servers itself
-        framework_files[KEEPER_FILE] = runtime_file(KEEPER_FILE)
-    taken = sorted({f.key for f in user_shipped} & ({framework.config_file_name} | set(framework_files)))
+    user_shipped += modules
+    taken = sorted({f.key for f in user_shipped} & {framework.config_file_name, *framework_files, *RUNTIME_KEYS})
     if taken:
         raise ConfigError(
             [f"{path}: `files`: {', '.join(taken)} would replace a file cw mounts in /etc/cw"],
@@ -475,10 +546,28 @@ def build_plan(request: RunRequest) -> Plan:
         *(text_file(key, text) for key, text in framework_files.items()),
         *referenced,
     ]
+    return _FrameworkOutput(prepared, config_text, files, services, requirements, [*moved, *shipped_notes, *module_notes])
+
+
+def _configmap_files(request: RunRequest, output: _FrameworkOutput, use_jobset: bool) -> list[ShippedFile]:
+    """The ConfigMap's files: the framework's and the user's, plus cw's pod-side files the run uses."""
+    runtime = []
+    if output.requirements:
+        runtime.append(PIP_FILE)
+    if not request.services_only:
+        runtime.append(ENTRYPOINT_FILE)
+    if output.services and not use_jobset:  # a JobSet stops its servers itself
+        runtime.append(KEEPER_FILE)
+    files = [*output.files, *(text_file(key, runtime_file(key)) for key in runtime)]
     try:
-        check_size(files, path)
+        check_size(files, request.config.path)
     except ValueError as exc:
-        raise ConfigError([f"{path}: {exc}"]) from None
+        raise ConfigError([f"{request.config.path}: {exc}"]) from None
+    return files
+
+
+def _check_modes(request: RunRequest, services: list[ServiceDef]) -> None:
+    """--services and --ttl only where they make sense."""
     if request.services_only and not services:
         raise ConfigError(
             [f"`{request.framework.name} {request.training_type.value}` has no services to deploy"],
@@ -495,19 +584,18 @@ def build_plan(request: RunRequest) -> Plan:
             hint="drop --ttl, or add --services",
         )
 
+
+def _scope(request: RunRequest, context: RunContext, config_items: list[dict[str, Any]]) -> _Scope:
+    framework = request.framework.framework
+    cluster = request.config.cluster
     labels = _labels(request)
     pull_policy = "Always" if cluster.pull else "IfNotPresent"
-    tolerations = [t.model_dump(by_alias=True, exclude_none=True) for t in cluster.tolerations]
-    secret_refs = cluster.secret_refs()
-    base_env = {**cluster.env, **storage_env(cluster), "PYTHONPATH": CONFIG_MOUNT}
-    image = cluster.image or framework.default_image(request.training_type)
-    data, binary_data, config_items = configmap_payload(files)
     common = {
         "namespace": request.namespace,
         "labels": labels,
-        "names": names,
+        "names": context.names,
         "cluster": cluster.model_dump(),
-        "tolerations": tolerations,
+        "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in cluster.tolerations],
         "pull_policy": pull_policy,
         "config_mount": CONFIG_MOUNT,
         "container_security": CONTAINER_SECURITY,
@@ -515,134 +603,126 @@ def build_plan(request: RunRequest) -> Plan:
         "checkpoint_mount": CHECKPOINT_MOUNT,
         "master_port": MASTER_PORT,
     }
-    dirs = framework.template_dirs()
     # A plugin's own templates() may predate newer objects: the built-in ones fill the gaps.
     templates = {
         **BaseTrainingFramework.templates(framework, request.training_type),
         **framework.templates(request.training_type),
     }
-    plan = Plan(run_name=request.run_name, managed_suspend=cluster.queue is None, notices=notices)
-    trainer_job: dict[str, Any] | None = None
-
-    if not request.services_only:
-        identity = {
-            "framework": request.framework.name,
-            "type": request.training_type.value,
-            # As the user wrote it: a shipped path is rewritten, the model it names is the same.
-            "model": str(request.config.native.get(framework.model_key, "")),
-            # What the pods are given; cw_entrypoint refuses to resume under another one without --resume.
-            "config": hashlib.sha256(config_text.encode("utf-8")).hexdigest()[:16],
-        }
-        resume_env = {RESUME_CHANGED_ENV: "1"} if request.resume_changed_config else {}
-        fabric = RDMA_ENV if cluster.rdma else {}  # before base_env: the run's own `env` wins
-        tracking = framework.tracking(request.config.native)
-        trainer_env = _env(
-            {
-                **fabric,
-                **tracking_env(request.run_name, tracking, group=request.sweep),
-                **base_env,
-                **framework.trainer_env(context),
-                IDENTITY_ENV: json.dumps(identity, sort_keys=True),
-                **resume_env,
-            },
-            secret_refs,
-        )
-        if cluster.nodes > 1:
-            master = trainer_address(request.run_name) if use_jobset else f"{names['trainer']}-0.{names['nodes']}"
-            trainer_env += _multi_node_env(master, cluster.nodes)
-        job_labels = {**labels, COMPONENT_LABEL: TRAINER}
-        if cluster.queue and not use_jobset:
-            job_labels[KUEUE_QUEUE_LABEL] = cluster.queue
-        shm_size = _shm_size(cluster.shm_size, cluster.memory)
-        volumes, mounts = pod_volumes(cluster, names["config"], config_items, shm_size, trainer=True)
-        trainer = {
-            "image": image,
-            "command": with_requirements(
-                with_launcher(
-                    framework.trainer_command(prepared, context),
-                    resume=framework.launcher_resumes,
-                    setup=framework.setup_commands(prepared, context),
-                ),
-                requirements,
-            ),
-            "env": trainer_env,
-            "resources": _resources(context.gpus, cluster.cpu, cluster.memory, rdma=cluster.rdma),
-            "annotations": {**NO_MESH_ANNOTATIONS, **cluster.annotations},
-            # Relative output paths of the config land in the run's folder on the volume.
-            "working_dir": context.output_dir,
-            "volumes": volumes,
-            "volume_mounts": mounts,
-        }
-        trainer_job = render_manifest(
-            templates["job"],
-            {
-                **common,
-                "job_labels": job_labels,
-                "nodes": cluster.nodes,
-                "shm_size": shm_size,
-                "ttl_seconds": int(math.ceil(cluster.ttl_hours * 3600)),
-                "trainer": trainer,
-                "spread_affinity": _spread_affinity(labels),
-                "wait_containers": [
-                    _wait_container(
-                        service,
-                        f"{request.run_name}-{service.role}",
-                        image,
-                        pull_policy,
-                        request.services_timeout_s,
-                        queued=cluster.queue is not None,
-                    )
-                    for service in services
-                ],
-            },
-            dirs,
-            "Job",
-            names["trainer"],
-        )
-        if not use_jobset:
-            plan.manifests.append(trainer_job)
-            plan.trainer_job = names["trainer"]
-
-    plan.manifests.append(
-        render_manifest(
-            templates["configmap"],
-            {**common, "files": data, "binary_files": binary_data},
-            dirs,
-            "ConfigMap",
-            names["config"],
-        )
+    return _Scope(
+        request=request,
+        context=context,
+        common=common,
+        dirs=framework.template_dirs(),
+        templates=templates,
+        labels=labels,
+        image=cluster.image or framework.default_image(request.training_type),
+        pull_policy=pull_policy,
+        base_env={**cluster.env, **storage_env(cluster), "PYTHONPATH": CONFIG_MOUNT},
+        secret_refs=cluster.secret_refs(),
+        config_items=config_items,
     )
-    if not request.services_only and cluster.nodes > 1 and not use_jobset:
-        plan.manifests.append(
-            render_manifest(templates["headless_service"], common, dirs, "Service", names["nodes"])
-        )
-    server_names = [f"{request.run_name}-{service.role}" for service in services]
-    keeper_account = cluster.service_account or names["keeper"]
-    if services and not use_jobset:
-        plan.manifests += _keeper_rbac(request, common, dirs, templates, server_names, keeper_account)
-    plan.manifests.append(render_manifest(templates["networkpolicy"], common, dirs, "NetworkPolicy", names["network"]))
+
+
+def _trainer_job(scope: _Scope, output: _FrameworkOutput, use_jobset: bool) -> dict[str, Any]:
+    """The trainer's Job (one pod per node), with init containers that wait for the servers."""
+    request, context = scope.request, scope.context
+    framework = request.framework.framework
+    cluster = request.config.cluster
+    names = context.names
+    identity = {
+        "framework": request.framework.name,
+        "type": request.training_type.value,
+        # As the user wrote it: a shipped path is rewritten, the model it names is the same.
+        "model": str(request.config.native.get(framework.model_key, "")),
+        # What the pods are given; cw_entrypoint refuses to resume under another one without --resume.
+        "config": hashlib.sha256(output.config_text.encode("utf-8")).hexdigest()[:16],
+    }
+    resume_env = {RESUME_CHANGED_ENV: "1"} if request.resume_changed_config else {}
+    fabric = RDMA_ENV if cluster.rdma else {}  # before base_env: the run's own `env` wins
+    tracking = framework.tracking(request.config.native)
+    trainer_env = _env(
+        {
+            **fabric,
+            **tracking_env(request.run_name, tracking, group=request.sweep),
+            **scope.base_env,
+            **framework.trainer_env(context),
+            IDENTITY_ENV: json.dumps(identity, sort_keys=True),
+            **resume_env,
+        },
+        scope.secret_refs,
+    )
+    if cluster.nodes > 1:
+        master = trainer_address(request.run_name) if use_jobset else f"{names['trainer']}-0.{names['nodes']}"
+        trainer_env += _multi_node_env(master, cluster.nodes)
+    job_labels = {**scope.labels, COMPONENT_LABEL: TRAINER}
+    if cluster.queue and not use_jobset:
+        job_labels[KUEUE_QUEUE_LABEL] = cluster.queue
+    shm_size = _shm_size(cluster.shm_size, cluster.memory)
+    volumes, mounts = pod_volumes(cluster, names["config"], scope.config_items, shm_size, trainer=True)
+    trainer = {
+        "image": scope.image,
+        "command": with_requirements(
+            with_launcher(
+                framework.trainer_command(output.prepared, context),
+                resume=framework.launcher_resumes,
+                setup=framework.setup_commands(output.prepared, context),
+            ),
+            output.requirements,
+        ),
+        "env": trainer_env,
+        "resources": _resources(context.gpus, cluster.cpu, cluster.memory, rdma=cluster.rdma),
+        "annotations": {**NO_MESH_ANNOTATIONS, **cluster.annotations},
+        # Relative output paths of the config land in the run's folder on the volume.
+        "working_dir": context.output_dir,
+        "volumes": volumes,
+        "volume_mounts": mounts,
+    }
+    waits = [
+        _wait_container(service, f"{request.run_name}-{service.role}", scope.image, scope.pull_policy,
+                        request.services_timeout_s, queued=cluster.queue is not None)
+        for service in output.services
+    ]  # fmt: skip
+    values = {
+        "job_labels": job_labels,
+        "nodes": cluster.nodes,
+        "shm_size": shm_size,
+        "ttl_seconds": int(math.ceil(cluster.ttl_hours * 3600)),
+        "trainer": trainer,
+        "spread_affinity": _spread_affinity(scope.labels),
+        "wait_containers": waits,
+    }
+    return scope.render("job", values, "Job", names["trainer"])
+
+
+def _servers(
+    scope: _Scope, plan: Plan, output: _FrameworkOutput, use_jobset: bool, keeper_account: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """Each server's Deployment (or, in a JobSet, its pod template) and Service; the JobSet's servers."""
+    request = scope.request
+    cluster = request.config.cluster
     gang_servers: list[tuple[str, dict[str, Any]]] = []
-    for service in services:
+    for service in output.services:
         service_name = f"{request.run_name}-{service.role}"
         service_cpu, service_memory = server_requests(service)
         service_shm = _shm_size(cluster.shm_size, service_memory)
         reads_checkpoints = f"{CHECKPOINT_MOUNT}/" in " ".join(service.command)
         volumes, mounts = pod_volumes(
-            cluster, names["config"], config_items, service_shm, trainer=False, reads_checkpoints=reads_checkpoints
-        )
+            cluster, scope.context.names["config"], scope.config_items, service_shm, trainer=False,
+            reads_checkpoints=reads_checkpoints,
+        )  # fmt: skip
         service_view = {
             "name": service_name,
             "role": service.role,
             "image": service.image,
-            "command": with_requirements(service.command, requirements),
+            "command": with_requirements(service.command, output.requirements),
             "port": service.port,
             "extra_ports": service.extra_ports,
             "headless": service.headless,
             "health_path": service.health_path,
-            "env": _env({**base_env, **service.env}, secret_refs),
+            "env": _env({**scope.base_env, **service.env}, scope.secret_refs),
             "resources": _resources(service.gpus, service_cpu, service_memory),
             "shm_size": service_shm,
-            "affinity": _pack_services_affinity(labels, [s.role for s in services]),
+            "affinity": _pack_services_affinity(scope.labels, [s.role for s in output.services]),
             # For plugin templates written before `volumes`: the claim a server reads, else None.
             "checkpoint_volume": cluster.checkpoint_claim if reads_checkpoints else None,
             "volumes": volumes if use_jobset else [*volumes, token_volume()],
@@ -651,7 +731,7 @@ def build_plan(request: RunRequest) -> Plan:
             "sidecars": [] if use_jobset else [
                 keeper_container(
                     service.image,
-                    pull_policy,
+                    scope.pull_policy,
                     service_name,
                     plan.trainer_job,
                     request.services_lifetime_s,
@@ -663,9 +743,7 @@ def build_plan(request: RunRequest) -> Plan:
                 {LIFETIME_ANNOTATION: str(request.services_lifetime_s)} if request.services_lifetime_s else {}
             ),
         }
-        deployment = render_manifest(
-            templates["deployment"], {**common, "service": service_view}, dirs, "Deployment", service_name
-        )
+        deployment = scope.render("deployment", {"service": service_view}, "Deployment", service_name)
         if use_jobset:
             if not cluster.service_account:
                 deployment["spec"]["template"]["spec"].pop("serviceAccountName", None)
@@ -673,26 +751,19 @@ def build_plan(request: RunRequest) -> Plan:
         else:
             plan.manifests.append(deployment)
             plan.service_deployments.append(service_name)
-        plan.manifests.append(
-            render_manifest(templates["service"], {**common, "service": service_view}, dirs, "Service", service_name)
-        )
-    if use_jobset and trainer_job is not None:
-        jobset_labels = {**labels, COMPONENT_LABEL: TRAINER}
-        if cluster.queue:
-            jobset_labels[KUEUE_QUEUE_LABEL] = cluster.queue
-        plan.manifests.insert(0, gang(request.run_name, jobset_labels, trainer_job, gang_servers, cluster.max_restarts))
-        plan.trainer_job = request.run_name
-        plan.owner_kind = "JobSet"
-        plan.gang_servers = [role for role, _ in gang_servers]
-    elif request.services_only:
-        plan.owner_kind = "ConfigMap"
-    if plan.trainer_job is not None:
-        links = {
-            WANDB_URL_ANNOTATION: wandb_url(request.run_name, tracking, cluster.env),
-            TENSORBOARD_ANNOTATION: tensorboard_dir(context.output_dir, tracking, cluster.env),
-        }
-        owner = plan.manifests[0]["metadata"]
-        owner["annotations"] = {**(owner.get("annotations") or {}), **{k: v for k, v in links.items() if v}}
-        if not owner["annotations"]:
-            del owner["annotations"]
-    return plan
+        plan.manifests.append(scope.render("service", {"service": service_view}, "Service", service_name))
+    return gang_servers
+
+
+def _link_tracking(plan: Plan, request: RunRequest, context: RunContext) -> None:
+    """Where to watch the run (W&B page, TensorBoard folder), as annotations on its owner."""
+    cluster = request.config.cluster
+    tracking = request.framework.framework.tracking(request.config.native)
+    links = {
+        WANDB_URL_ANNOTATION: wandb_url(request.run_name, tracking, cluster.env),
+        TENSORBOARD_ANNOTATION: tensorboard_dir(context.output_dir, tracking, cluster.env),
+    }
+    owner = plan.manifests[0]["metadata"]
+    owner["annotations"] = {**(owner.get("annotations") or {}), **{k: v for k, v in links.items() if v}}
+    if not owner["annotations"]:
+        del owner["annotations"]
