@@ -13,9 +13,9 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from .errors import BuildError, LocalClusterError
 from .paths import Versions, cache_dir, load_versions, tools_dir

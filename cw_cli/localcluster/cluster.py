@@ -1,5 +1,9 @@
 """Start, inspect and stop the local control plane (etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, kwok) on 127.0.0.1 with fake GPU nodes. Pure library: no printing."""
+kube-scheduler, kwok) on 127.0.0.1 with fake GPU nodes. Pure library: no printing.
+
+The processes' command lines come from :mod:`.argv` (pure functions); requests to the API server
+go through cw's own client, built by :mod:`.api` from the cluster's admin certificate.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +12,19 @@ import json
 import os
 import shutil
 import socket
-import ssl
+import sys
 import time
-import urllib.error
-import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING
 
 import yaml
 
-from . import procs
+from cw_cli.errors import ClusterUnreachable, CwError
+from cw_cli.k8s.kubeconfig import KubeconfigError
+
+from . import api, argv, controllers, jobset, kueue, procs
 from .build import Binaries, binary_paths, ensure_binaries, missing_components
 from .errors import LocalClusterError, StartError
 from .kubeconfig import (
@@ -30,17 +36,17 @@ from .kubeconfig import (
     write_yaml,
 )
 from .paths import cluster_resources_dir, default_cluster_dir
-from .pki import Pki, generate_pki, load_pki
-from . import controllers, jobset, kueue
+from .pki import CertPair, Pki, generate_pki, load_pki
 from .volumes import DEFAULT_CLAIM, DEFAULT_NAMESPACE, volume_manifests
+
+if TYPE_CHECKING:
+    from cw_cli.k8s.connection import Kube
 
 MARKER = ".cw-local-cluster"
 STATE_FILE = "cluster.json"
 # Start order; stop order is the reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 QUEUEING = ("jobset", "kueue")  # optional components `up(kueue=True)` builds and starts, in this order
-SERVICE_CIDR = "10.96.0.0/16"
-POD_CIDR = "10.244.0.0/16"  # data only: pod IPs written by kwok are never reachable
 STAGES = ("node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-waiting", "pod-complete",
           "pod-fail", "pod-terminate", "pod-delete")
 FAKE_LOG_LINES = (
@@ -127,32 +133,6 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-class _Api:
-    """Minimal HTTPS client for the API server (admin client cert); no kubernetes package needed."""
-
-    def __init__(self, server: str, pki: Pki):
-        self.server = server
-        self.ctx = ssl.create_default_context(cafile=str(pki.ca.cert))
-        self.ctx.load_cert_chain(str(pki.admin.cert), str(pki.admin.key))
-
-    def request(self, method: str, path: str, body: dict | None = None,
-                timeout: float = 5.0) -> tuple[int, bytes]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.server + path, data=data, method=method)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        req.add_header("Accept", "application/json")
-        try:
-            with urllib.request.urlopen(req, context=self.ctx, timeout=timeout) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-
-    def get_json(self, path: str) -> dict | None:
-        code, raw = self.request("GET", path)
-        return json.loads(raw) if code == 200 else None
-
-
 def _tail(path: str | Path, n: int = 8) -> str:
     try:
         lines = Path(path).read_text(errors="replace").strip().splitlines()
@@ -192,13 +172,11 @@ def _node_manifests(gpu_nodes: int, cpu_nodes: int) -> list[dict]:
     return out
 
 
-def _kwok_config(state: Path, log_file: Path) -> str:
+def _kwok_config(log_file: Path) -> str:
     """Multi-document kwok --config: the stages and a ClusterLogs for all pods."""
     stage_dir = cluster_resources_dir() / "stages"
     # No KwokConfiguration document: a partial one replaces kwok's defaults (parallelism 0 fails).
-    text = []
-    for s in STAGES:
-        text.append((stage_dir / f"{s}.yaml").read_text())
+    text = [(stage_dir / f"{s}.yaml").read_text() for s in STAGES]
     text.append(yaml.safe_dump({
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "ClusterLogs",
@@ -214,20 +192,46 @@ def _write_fake_log(path: Path) -> None:
     path.write_text("".join(f"{ts} stdout F {line}\n" for line in FAKE_LOG_LINES))
 
 
-def _create_nodes(api: _Api, manifests: list[dict]) -> None:
+def _write_kwok_files(state: Path) -> None:
+    """kwok's folder: its --config and the fake container log its ClusterLogs serves."""
+    folder = argv.kwok_dir(state)
+    folder.mkdir()
+    fake_log = folder / "container.log"
+    _write_fake_log(fake_log)
+    argv.kwok_config_path(state).write_text(_kwok_config(fake_log))
+
+
+def _client_certs(pki: Pki) -> dict[str, CertPair]:
+    """The client certificate of each of :data:`argv.KUBECONFIG_USERS`."""
+    return {"kube-controller-manager": pki.controller_manager, "kube-scheduler": pki.scheduler,
+            "kwok": pki.kwok_client, "admin": pki.admin}  # fmt: skip
+
+
+def _write_kubeconfigs(state: Path, server: str, pki: Pki) -> None:
+    """One kubeconfig per component (and admin), referencing the PKI's files by path."""
+    certs = _client_certs(pki)
+    for user in argv.KUBECONFIG_USERS:
+        pair = certs[user]
+        write_yaml(argv.kubeconfig_path(state, user), component_kubeconfig(server, pki.ca.cert, pair.cert, pair.key, user))
+
+
+def _create_nodes(kube: Kube, manifests: list[dict]) -> None:
     for node in manifests:
-        code, body = api.request("POST", "/api/v1/nodes", node)
-        if code not in (201, 409):
-            raise StartError(f"creating node {node['metadata']['name']} failed ({code}): "
-                             f"{body[:300].decode(errors='replace')}")
+        api.create(kube, api.NODES, node)
 
 
-def _nodes_ready(api: _Api, wanted: set[str]) -> bool:
+def _nodes_ready(kube: Kube, wanted: set[str]) -> bool:
     """All `wanted` nodes Ready and without not-ready/unreachable taints."""
-    items = (api.get_json("/api/v1/nodes") or {}).get("items", [])
-    ready = {s.name for s in map(_node_status, items)
+    ready = {s.name for s in map(_node_status, api.nodes(kube))
              if s.ready and not any("not-ready" in t or "unreachable" in t for t in s.taints)}
     return wanted <= ready
+
+
+def _create_checkpoint_volume(kube: Kube) -> None:
+    """The quick start's checkpoint volume (claim `checkpoints` in default), bound at once."""
+    volume, claim = volume_manifests(DEFAULT_NAMESPACE, DEFAULT_CLAIM)
+    api.create(kube, "/api/v1/persistentvolumes", volume)
+    api.create(kube, f"/api/v1/namespaces/{DEFAULT_NAMESPACE}/persistentvolumeclaims", claim)
 
 
 def _wait_until(
@@ -243,11 +247,44 @@ def _wait_until(
         try:
             if probe():
                 return
-        except (OSError, ssl.SSLError, ValueError):
-            pass  # not up yet
+        except LocalClusterError:
+            raise
+        except (OSError, ValueError, CwError):
+            pass  # not up yet: no answer, an error status, or a half-written object
         if time.monotonic() > deadline:
             raise StartError(f"timed out waiting for {what}")
         time.sleep(interval)
+
+
+class _Launcher:
+    """Starts the cluster's processes (each recorded for `down`) and polls until one deadline.
+
+    Args:
+        state: The state folder (``logs/`` and ``pids/`` inside).
+        timeout: Seconds the whole start may take.
+    """
+
+    def __init__(self, state: Path, timeout: float) -> None:
+        self.state = state
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self.env = argv.component_env(os.environ)
+        self.started: dict[str, procs.ProcRecord] = {}
+
+    def spawn(self, name: str, command: Sequence[str | os.PathLike[str]], env: dict[str, str] | None = None) -> None:
+        """Start ``command`` as component ``name``, its output in ``logs/<name>.log``."""
+        self.started[name] = procs.spawn(name, [str(a) for a in command], self.state / "logs" / f"{name}.log",
+                                         self.state / "pids", env=env or self.env)  # fmt: skip
+
+    def check_alive(self) -> None:
+        """Raise StartError (with its log's tail) if a started process has exited."""
+        for name, rec in self.started.items():
+            if not procs.is_alive(rec):
+                raise StartError(f"{name} exited during start-up; log {rec.log}: {_tail(rec.log)}", rec.log)
+
+    def wait(self, what: str, probe: Callable[[], bool], interval: float = 0.2) -> None:
+        """Poll ``probe`` until true; fail at the deadline or when a process died."""
+        _wait_until(probe, self.deadline, f"{what} (after {self.timeout:.0f}s)", interval, self.check_alive)
 
 
 # --------------------------------------------------------------------------- public API
@@ -265,16 +302,20 @@ def status(state_dir: str | Path | None = None) -> ClusterStatus:
     if info is None:
         return st
     try:
-        api = _Api(info.server, load_pki(state / "pki"))
-        code, body = api.request("GET", "/readyz", timeout=3)
-        st.api_ready = code == 200
-        if not st.api_ready:
-            st.error = f"/readyz answered {code}: {body[:200].decode(errors='replace')}"
-            return st
-        nodes = api.get_json("/api/v1/nodes") or {"items": []}
-        st.nodes = [_node_status(n) for n in nodes.get("items", [])]
-    except (OSError, ssl.SSLError, ValueError) as e:
-        st.error = f"API server {info.server} not reachable: {e}"
+        kube = api.admin_client(info.server, load_pki(state / "pki"))
+    except (OSError, KubeconfigError) as e:
+        st.error = f"cannot use the cluster's certificates: {e}"
+        return st
+    try:
+        kube.raw("GET", "/readyz", accept="text/plain", timeout=3.0, what="read /readyz")
+        st.api_ready = True
+        st.nodes = [_node_status(n) for n in api.nodes(kube)]
+    except ClusterUnreachable as e:
+        st.error = f"API server {info.server} not reachable: {e.detail or e}"
+    except CwError as e:
+        st.error = str(e)
+    finally:
+        kube.close()
     return st
 
 
@@ -324,17 +365,7 @@ def up(
                     "the running local cluster has no Kueue and JobSet; stop it with `cw cluster down`, "
                     "then `cw cluster up --kueue`")
             pki = load_pki(state / "pki")
-            # Top up nodes if more were asked for than exist (never removes nodes).
-            api = _Api(info.server, pki)
-            have = {n.name for n in st.nodes}
-            extra = [n for n in _node_manifests(gpu_nodes, cpu_nodes)
-                     if n["metadata"]["name"] not in have]
-            if extra:
-                say(f"adding {len(extra)} fake nodes")
-                _create_nodes(api, extra)
-                _wait_until(lambda: _nodes_ready(api, {n["metadata"]["name"] for n in extra}),
-                             time.monotonic() + timeout, "new fake nodes to become Ready")
-                info.nodes = sorted(set(info.nodes) | {n["metadata"]["name"] for n in extra})
+            _top_up_nodes(info, st, pki, gpu_nodes, cpu_nodes, timeout, say)
             merge_user_kubeconfig(user_kc, info.server, pki.ca.cert, pki.admin.cert, pki.admin.key,
                                   set_current=set_current_context)
             info.kubeconfig = str(user_kc)
@@ -369,18 +400,7 @@ def up(
         down(state, keep_state=True)
         raise
     if owner_pid is not None:
-        st_owner = procs._stat(owner_pid)
-        if st_owner is None:
-            down(state)
-            raise StartError(f"owner process {owner_pid} does not exist")
-        import sys
-
-        procs.spawn("watchdog", [sys.executable, "-m", "cw_cli.localcluster.watchdog",
-                                 str(owner_pid), str(st_owner[1]), str(state)],
-                    state / "logs" / "watchdog.log", state / "pids",
-                    env=dict(os.environ, PYTHONPATH=os.pathsep.join(
-                        [str(Path(__file__).resolve().parents[2])]
-                        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])))
+        _start_watchdog(state, owner_pid)
     info.build_seconds = build_seconds
     info.built = list(bins.built)
     info.start_seconds = round(time.monotonic() - t0, 1)
@@ -388,174 +408,106 @@ def up(
     return info
 
 
+def _top_up_nodes(info: ClusterInfo, st: ClusterStatus, pki: Pki, gpu_nodes: int, cpu_nodes: int,
+                  timeout: float, say: Callable[[str], None]) -> None:  # fmt: skip
+    """Create the nodes asked for that a running cluster lacks (never removes one)."""
+    have = {n.name for n in st.nodes}
+    extra = [n for n in _node_manifests(gpu_nodes, cpu_nodes) if n["metadata"]["name"] not in have]
+    if not extra:
+        return
+    say(f"adding {len(extra)} fake nodes")
+    kube = api.admin_client(info.server, pki)
+    try:
+        _create_nodes(kube, extra)
+        names = {n["metadata"]["name"] for n in extra}
+        _wait_until(lambda: _nodes_ready(kube, names), time.monotonic() + timeout, "new fake nodes to become Ready")
+        info.nodes = sorted(set(info.nodes) | names)
+    finally:
+        kube.close()
+
+
+def _start_watchdog(state: Path, owner_pid: int) -> None:
+    """A process that runs `down(state)` once ``owner_pid`` is gone; the cluster is stopped if it does not exist.
+
+    Raises:
+        StartError: ``owner_pid`` is not a running process.
+    """
+    st_owner = procs._stat(owner_pid)
+    if st_owner is None:
+        down(state)
+        raise StartError(f"owner process {owner_pid} does not exist")
+    # This checkout first on its path: the watchdog must import this very cw_cli.
+    path = [str(Path(__file__).resolve().parents[2])] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    procs.spawn("watchdog", [sys.executable, "-m", "cw_cli.localcluster.watchdog", str(owner_pid), str(st_owner[1]), str(state)],
+                state / "logs" / "watchdog.log", state / "pids", env=dict(os.environ, PYTHONPATH=os.pathsep.join(path)))  # fmt: skip
+
+
 def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes: int,
            timeout: float, set_current: bool, say: Callable[[str], None],
-           with_kueue: bool = False) -> ClusterInfo:
-    deadline = time.monotonic() + timeout
+           with_kueue: bool = False) -> ClusterInfo:  # fmt: skip
+    """Start every process in order, waiting for what the next one needs; the cluster's record."""
+    launcher = _Launcher(state, timeout)
     pki = generate_pki(state / "pki")
-    names = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-    ports = dict(zip(names, _free_ports(len(names)), strict=True))
-    server = f"https://127.0.0.1:{ports['kube-apiserver']}"
-    logs, pids = state / "logs", state / "pids"
-    started: dict[str, procs.ProcRecord] = {}
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBECONFIG", "ETCD"))}
+    ports = argv.assign_ports(_free_ports(len(argv.PORT_NAMES)))
+    server = argv.server_url(ports)
+    kube = api.admin_client(server, pki)
+    try:
+        say("starting etcd")
+        launcher.spawn("etcd", [bins.etcd, *argv.etcd_args(state, ports)])
+        say("starting kube-apiserver")
+        launcher.spawn("kube-apiserver", [bins.kube_apiserver, *argv.apiserver_args(pki, ports)])
+        launcher.wait("kube-apiserver /readyz", lambda: api.ready(kube))
+        _write_kubeconfigs(state, server, pki)
 
-    def spawn(name: str, argv: list[str], env: dict | None = None) -> None:
-        started[name] = procs.spawn(name, [str(a) for a in argv], logs / f"{name}.log", pids,
-                                    env=env or base_env)
+        say("starting kube-controller-manager, kube-scheduler, kwok")
+        launcher.spawn("kube-controller-manager", [bins.kube_controller_manager, *argv.controller_manager_args(state, pki, ports)])
+        launcher.spawn("kube-scheduler", [bins.kube_scheduler, *argv.scheduler_args(state, ports)])
+        # kwok's Logs CRD before kwok: tests may create a Logs object (name/namespace = the pod) that
+        # points a container's log at their own CRI-format file; ClusterLogs (in --config) covers the rest.
+        api.install_crds(kube, cluster_resources_dir() / "crds", launcher.wait)
+        _write_kwok_files(state)
+        launcher.spawn("kwok", [bins.kwok, *argv.kwok_args(state, pki, ports)], env=argv.kwok_env(os.environ, state))
 
-    def check_alive() -> None:
-        for name, rec in started.items():
-            if not procs.is_alive(rec):
-                raise StartError(f"{name} exited during start-up; log {rec.log}: {_tail(rec.log)}",
-                                 rec.log)
+        nodes = _node_manifests(gpu_nodes, cpu_nodes)
+        say(f"creating {len(nodes)} fake nodes")
+        _create_nodes(kube, nodes)
+        wanted = {n["metadata"]["name"] for n in nodes}
+        say("waiting for nodes Ready and the default ServiceAccount")
+        launcher.wait("fake nodes to become Ready", lambda: _nodes_ready(kube, wanted), 0.3)
+        launcher.wait("ServiceAccount default/default", lambda: api.exists(kube, "/api/v1/namespaces/default/serviceaccounts/default"))
+        _create_checkpoint_volume(kube)
+        if with_kueue:
+            _start_queueing(launcher, kube, pki, say)
+    finally:
+        kube.close()
 
-    def wait(what: str, probe: Callable[[], bool], interval: float = 0.2) -> None:
-        _wait_until(probe, deadline, f"{what} (after {timeout:.0f}s)", interval, check_alive)
-
-    # etcd ---------------------------------------------------------------------------
-    say("starting etcd")
-    etcd_url = f"http://127.0.0.1:{ports['etcd']}"
-    peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
-    spawn("etcd", [
-        bins.etcd, "--name=cw-local", f"--data-dir={state / 'etcd'}",
-        f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
-        f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-        f"--initial-cluster=cw-local={peer_url}", "--initial-cluster-state=new",
-        "--unsafe-no-fsync", "--log-level=warn", "--quota-backend-bytes=2147483648",
-    ])
-
-    # kube-apiserver -------------------------------------------------------------------
-    say("starting kube-apiserver")
-    spawn("kube-apiserver", [
-        bins.kube_apiserver,
-        f"--etcd-servers={etcd_url}",
-        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-        f"--secure-port={ports['kube-apiserver']}",
-        f"--tls-cert-file={pki.apiserver.cert}", f"--tls-private-key-file={pki.apiserver.key}",
-        f"--client-ca-file={pki.ca.cert}",
-        f"--service-account-key-file={pki.sa_pub}",
-        f"--service-account-signing-key-file={pki.sa_key}",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
-        "--authorization-mode=Node,RBAC",
-        "--allow-privileged=true",
-        # 127.0.0.1 may not be written into the kubernetes Service's Endpoints; nothing needs them.
-        "--endpoint-reconciler-type=none",
-        # pods/log, exec etc. are proxied to kwok's kubelet-like server on 127.0.0.1.
-        f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",
-        f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",
-        f"--kubelet-certificate-authority={pki.ca.cert}",
-        "--kubelet-preferred-address-types=InternalIP",
-        "--profiling=false",
-    ])
-    api = _Api(server, pki)
-    wait("kube-apiserver /readyz", lambda: api.request("GET", "/readyz", timeout=2)[0] == 200)
-
-    # component kubeconfigs --------------------------------------------------------------
-    kc = {}
-    for comp, pair in (("kube-controller-manager", pki.controller_manager),
-                       ("kube-scheduler", pki.scheduler), ("kwok", pki.kwok_client),
-                       ("admin", pki.admin)):
-        kc[comp] = state / "kubeconfigs" / f"{comp}.kubeconfig"
-        write_yaml(kc[comp], component_kubeconfig(server, pki.ca.cert, pair.cert, pair.key, comp))
-
-    say("starting kube-controller-manager, kube-scheduler, kwok")
-    spawn("kube-controller-manager", [
-        bins.kube_controller_manager,
-        f"--kubeconfig={kc['kube-controller-manager']}",
-        f"--authentication-kubeconfig={kc['kube-controller-manager']}",
-        f"--authorization-kubeconfig={kc['kube-controller-manager']}",
-        "--bind-address=127.0.0.1", f"--secure-port={ports['kube-controller-manager']}",
-        f"--service-account-private-key-file={pki.sa_key}",
-        f"--root-ca-file={pki.ca.cert}",
-        f"--cluster-signing-cert-file={pki.ca.cert}", f"--cluster-signing-key-file={pki.ca.key}",
-        "--use-service-account-credentials=true",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
-        "--leader-elect=false",
-        "--profiling=false",
-    ])
-    spawn("kube-scheduler", [
-        bins.kube_scheduler,
-        f"--kubeconfig={kc['kube-scheduler']}",
-        f"--authentication-kubeconfig={kc['kube-scheduler']}",
-        f"--authorization-kubeconfig={kc['kube-scheduler']}",
-        "--bind-address=127.0.0.1", f"--secure-port={ports['kube-scheduler']}",
-        "--leader-elect=false",
-        "--profiling=false",
-    ])
-    # kwok's Logs CRD: tests may create a Logs object (name/namespace = the pod) that points a
-    # container's log at their own CRI-format file; ClusterLogs (in --config) covers the rest.
-    for crd_file in sorted((cluster_resources_dir() / "crds").glob("*.yaml")):
-        crd = yaml.safe_load(crd_file.read_text())
-        code, body = api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-        if code not in (201, 409):
-            raise StartError(f"installing CRD {crd['metadata']['name']} failed ({code}): "
-                             f"{body[:300].decode(errors='replace')}")
-        path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
-        wait(f"CRD {crd['metadata']['name']} to be established", lambda path=path: any(
-            c.get("type") == "Established" and c.get("status") == "True"
-            for c in ((api.get_json(path) or {}).get("status") or {}).get("conditions") or []))
-
-    kwok_dir = state / "kwok"
-    kwok_dir.mkdir()
-    fake_log = kwok_dir / "container.log"
-    _write_fake_log(fake_log)
-    (kwok_dir / "kwok.yaml").write_text(_kwok_config(state, fake_log))
-    # HOME inside the state dir: kwok would otherwise also load ~/.kwok/kwok.yaml.
-    kwok_env = dict(base_env, HOME=str(kwok_dir))
-    spawn("kwok", [
-        bins.kwok,
-        f"--config={kwok_dir / 'kwok.yaml'}",
-        f"--kubeconfig={kc['kwok']}",
-        "--manage-all-nodes=false",
-        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-        "--node-ip=127.0.0.1",
-        f"--node-port={ports['kwok']}",
-        f"--server-address=127.0.0.1:{ports['kwok']}",
-        f"--tls-cert-file={pki.kwok_serving.cert}",
-        f"--tls-private-key-file={pki.kwok_serving.key}",
-        "--node-lease-duration-seconds=40",
-        f"--cidr={POD_CIDR}",
-        "--enable-crds=Logs",
-    ], env=kwok_env)
-
-    # nodes --------------------------------------------------------------------------
-    manifests = _node_manifests(gpu_nodes, cpu_nodes)
-    say(f"creating {len(manifests)} fake nodes")
-    _create_nodes(api, manifests)
-    wanted = {n["metadata"]["name"] for n in manifests}
-    say("waiting for nodes Ready and the default ServiceAccount")
-    wait("fake nodes to become Ready", lambda: _nodes_ready(api, wanted), 0.3)
-    wait("ServiceAccount default/default",
-         lambda: api.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200)
-
-    # The quick start's checkpoint volume (claim `checkpoints` in default), bound at once.
-    volume, claim = volume_manifests(DEFAULT_NAMESPACE, DEFAULT_CLAIM)
-    for path, body in (("/api/v1/persistentvolumes", volume),
-                       (f"/api/v1/namespaces/{DEFAULT_NAMESPACE}/persistentvolumeclaims", claim)):
-        code, raw = api.request("POST", path, body)
-        if code not in (201, 409):
-            raise StartError(f"creating {body['kind']} {body['metadata']['name']} failed ({code}): {raw[:300]!r}")
-
-    if with_kueue:
-        # KWOK's serving certificate is valid for 127.0.0.1, where JobSet and Kueue serve their
-        # webhooks too. JobSet first: Kueue sets up its JobSet integration only if the CRD is served.
-        host = controllers.Host(api, state, kc["admin"], (pki.kwok_serving.cert, pki.kwok_serving.key),
-                                pki.ca.cert, spawn, wait, say)  # fmt: skip
-        jobset.start(host, tuple(_free_ports(3)))
-        nodes = (api.get_json("/api/v1/nodes") or {}).get("items", [])
-        kueue.start(host, tuple(_free_ports(3)), kueue.capacity_of(nodes))
-
-    merge_user_kubeconfig(user_kc, server, pki.ca.cert, pki.admin.cert, pki.admin.key,
-                          set_current=set_current)
-    check_alive()
+    merge_user_kubeconfig(user_kc, server, pki.ca.cert, pki.admin.cert, pki.admin.key, set_current=set_current)
+    launcher.check_alive()
     return ClusterInfo(
         state_dir=str(state), server=server, kubeconfig=str(user_kc),
-        admin_kubeconfig=str(kc["admin"]), context=CONTEXT, ports=ports,
+        admin_kubeconfig=str(argv.kubeconfig_path(state, "admin")), context=CONTEXT, ports=ports,
         versions=asdict(bins.versions), nodes=sorted(wanted),
-        pids={n: r.pid for n, r in started.items()},
-    )
+        pids={n: r.pid for n, r in launcher.started.items()},
+    )  # fmt: skip
+
+
+def _start_queueing(launcher: _Launcher, kube: Kube, pki: Pki, say: Callable[[str], None]) -> None:
+    """JobSet, then Kueue, as local processes beside the cluster.
+
+    KWOK's serving certificate is valid for 127.0.0.1, where JobSet and Kueue serve their webhooks
+    too. JobSet first: Kueue sets up its JobSet integration only if the CRD is served.
+    """
+    state = launcher.state
+    host = controllers.Host(kube, state, argv.kubeconfig_path(state, "admin"), (pki.kwok_serving.cert, pki.kwok_serving.key),
+                            pki.ca.cert, launcher.spawn, launcher.wait, say)  # fmt: skip
+    jobset.start(host, _controller_ports())
+    kueue.start(host, _controller_ports(), kueue.capacity_of(api.nodes(kube)))
+
+
+def _controller_ports() -> tuple[int, int, int]:
+    """(webhook, health, metrics) ports for a controller on 127.0.0.1."""
+    webhook, health, metrics = _free_ports(3)
+    return webhook, health, metrics
 
 
 def down(state_dir: str | Path | None = None, timeout: float = 10.0,

@@ -11,55 +11,20 @@ from __future__ import annotations
 
 import base64
 import copy
-import ssl
-import urllib.error
-import urllib.request
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import yaml
 
+from . import api
 from .errors import StartError
 
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-
-
-def create(api: Any, path: str, body: dict[str, Any]) -> None:
-    """POST one object; an existing one (409) is fine.
-
-    Raises:
-        StartError: The API server refused it.
-    """
-    code, raw = api.request("POST", path, body, timeout=30)
-    if code not in (201, 409):
-        raise StartError(f"creating {body['kind']} {body['metadata']['name']} failed ({code}): {raw[:300]!r}")
-
-
-def established(api: Any, name: str) -> bool:
-    """Whether the CRD ``name`` serves its kind (condition Established)."""
-    crd = api.get_json(f"{CRDS}/{name}") or {}
-    conditions = (crd.get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-
-def install_crds(api: Any, folder: Path, wait: Callable[[str, Callable[[], bool]], None]) -> list[str]:
-    """Create every CRD in ``folder/*.yaml`` and wait until all are Established.
-
-    Controllers look their kinds up when they start: a CRD that is not served yet by then makes
-    Kueue defer (and back off on) that integration, and JobSet's watches fail.
-
-    Returns:
-        The CRDs' names.
-    """
-    names = []
-    for path in sorted(folder.glob("*.yaml")):
-        body = yaml.safe_load(path.read_text(encoding="utf-8"))
-        create(api, CRDS, body)
-        names.append(body["metadata"]["name"])
-    for name in names:
-        wait(f"CRD {name} to be established", lambda name=name: established(api, name))
-    return names
+if TYPE_CHECKING:
+    from cw_cli.k8s.connection import Kube
+    from cw_cli.k8s.transport import Transport
 
 
 def _pointer(path: str) -> list[str | int]:
@@ -156,11 +121,11 @@ def webhook_configurations(
     return configurations
 
 
-def install_webhooks(api: Any, configurations: list[dict[str, Any]]) -> None:
+def install_webhooks(kube: Kube, configurations: list[dict[str, Any]]) -> None:
     """Create the webhook configurations (already pointed at 127.0.0.1)."""
     for webhook in configurations:
         plural = "mutatingwebhookconfigurations" if webhook["kind"].startswith("Mutating") else "validatingwebhookconfigurations"
-        create(api, f"/apis/admissionregistration.k8s.io/v1/{plural}", webhook)
+        api.create(kube, f"/apis/admissionregistration.k8s.io/v1/{plural}", webhook)
 
 
 def serving_cert_dir(folder: Path, serving_cert: tuple[Path, Path]) -> Path:
@@ -175,11 +140,14 @@ def serving_cert_dir(folder: Path, serving_cert: tuple[Path, Path]) -> Path:
 
 def http_ok(url: str) -> bool:
     """Whether ``url`` answers 2xx (a controller's /readyz on its health port)."""
+    parts = urlsplit(url)
+    transport = api.endpoint(f"{parts.scheme}://{parts.netloc}")
     try:
-        with urllib.request.urlopen(url, timeout=2):
-            return True
+        return 200 <= transport.request("GET", parts.path, timeout=api.PROBE_TIMEOUT).status <= 299
     except OSError:
         return False
+    finally:
+        transport.close()
 
 
 def webhooks_served(configurations: list[dict[str, Any]], ca_cert: Path) -> bool:
@@ -191,18 +159,25 @@ def webhooks_served(configurations: list[dict[str, Any]], ca_cert: Path) -> bool
     the API server would turn into a refused object (``failurePolicy: Fail``). A registered path
     answers an empty POST with 200 and an AdmissionReview error.
     """
-    context = ssl.create_default_context(cafile=str(ca_cert))
-    urls = {hook["clientConfig"]["url"] for config in configurations for hook in config["webhooks"]}
-    for url in sorted(urls):
-        request = urllib.request.Request(url, data=b"", method="POST", headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, context=context, timeout=2):
-                pass
-        except urllib.error.HTTPError as e:
-            if e.code == 404:
+    urls = sorted({hook["clientConfig"]["url"] for config in configurations for hook in config["webhooks"]})
+    ca_pem = ca_cert.read_bytes()
+    transports: dict[str, Transport] = {}  # one per origin, so its connection is kept alive
+    try:
+        for url in urls:
+            parts = urlsplit(url)
+            origin = f"{parts.scheme}://{parts.netloc}"
+            if origin not in transports:
+                transports[origin] = api.endpoint(origin, ca_pem)
+            transport = transports[origin]
+            answer = transport.request("POST", parts.path, body=b"", headers={"Content-Type": "application/json"},
+                                       timeout=api.PROBE_TIMEOUT)  # fmt: skip
+            if answer.status == 404:
                 return False
-        except OSError:
-            return False
+    except OSError:
+        return False
+    finally:
+        for transport in transports.values():
+            transport.close()
     return True
 
 
@@ -211,7 +186,7 @@ class Host:
     """The local cluster, as a controller process started beside it needs it.
 
     Attributes:
-        api: The cluster's admin client (``request``, ``get_json``).
+        kube: The cluster's admin client.
         state: The cluster's state folder (each controller gets ``state/<name>``).
         admin_kubeconfig: Kubeconfig the controllers run with.
         serving_cert: (certificate, key) valid for 127.0.0.1, where they serve their webhooks.
@@ -221,7 +196,7 @@ class Host:
         say: Progress.
     """
 
-    api: Any
+    kube: Kube
     state: Path
     admin_kubeconfig: Path
     serving_cert: tuple[Path, Path]
@@ -247,7 +222,7 @@ def run_controller(
     host: Host, label: str, name: str, argv: list[str], env: dict[str, str], webhooks: list[dict[str, Any]], health_port: int
 ) -> None:
     """Install a controller's webhooks, start it, and wait until /readyz and every webhook path answer."""
-    install_webhooks(host.api, webhooks)
+    install_webhooks(host.kube, webhooks)
     host.say(f"starting {label}")
     host.spawn(name, argv, {**env, "KUBECONFIG": str(host.admin_kubeconfig)})
     host.wait(f"{label} to be ready", lambda: http_ok(f"http://127.0.0.1:{health_port}/readyz"))

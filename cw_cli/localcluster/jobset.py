@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from . import controllers
+from . import api, controllers
 from .errors import StartError
 from .paths import cache_dir, load_versions
 
@@ -77,7 +77,7 @@ def start(host: controllers.Host, ports: tuple[int, int, int]) -> None:
         raise StartError(f"JobSet is not built ({home}); run `bash tools/build.sh jobset` (a few minutes)")
 
     host.say("installing JobSet's CRD")
-    controllers.install_crds(host.api, home / "crds", host.wait)
+    api.install_crds(host.kube, home / "crds", host.wait)
     webhook_port, health_port, metrics_port = ports
     folder, _ = controllers.controller_folder(
         host, "jobset", lambda certs: configuration(webhook_port, health_port, metrics_port, certs)

@@ -48,7 +48,7 @@ def _b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
 
-def _upsert(items: list, name: str, key: str, value: dict) -> list:
+def _upsert(items: list | None, name: str, key: str, value: dict) -> list:
     items = [i for i in (items or []) if isinstance(i, dict) and i.get("name") != name]
     items.append({"name": name, key: value})
     return items

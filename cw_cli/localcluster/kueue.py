@@ -20,13 +20,12 @@ manifest for another namespace.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import controllers
+from . import api, controllers
 from .errors import StartError
 from .paths import cache_dir, load_versions
 
@@ -119,10 +118,10 @@ def start(host: controllers.Host, ports: tuple[int, int, int], capacity: tuple[s
     if not os.access(home / "kueue", os.X_OK):
         raise StartError(f"Kueue is not built ({home}); run `bash tools/build.sh kueue` (a few minutes)")
 
-    api = host.api
+    kube = host.kube
     host.say("installing Kueue's CRDs")
-    controllers.install_crds(api, home / "crds", host.wait)
-    controllers.create(api, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    api.install_crds(kube, home / "crds", host.wait)
+    api.create(kube, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
 
     webhook_port, health_port, metrics_port = ports
     folder, certs = controllers.controller_folder(
@@ -140,13 +139,7 @@ def start(host: controllers.Host, ports: tuple[int, int, int], capacity: tuple[s
         scope = f"/namespaces/{namespace}" if namespace else ""
         path = f"/apis/{API_VERSION}{scope}/{_plural(body['kind'])}"
         # The webhook answers once the controller's cache is warm: retry the first objects briefly.
-        for attempt in range(30):
-            code, raw = api.request("POST", path, body, timeout=30)
-            if code in (201, 409):
-                break
-            time.sleep(1)
-        else:
-            raise StartError(f"creating {body['kind']} {body['metadata']['name']} failed ({code}): {raw[:300]!r}")
+        api.create(kube, path, body, attempts=30, pause_s=1.0)
     host.say(f"Kueue: ClusterQueue {CLUSTER_QUEUE} ({gpus} GPUs), LocalQueue {LOCAL_QUEUE} in namespace default")
 
 

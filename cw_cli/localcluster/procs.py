@@ -77,7 +77,7 @@ def spawn(name: str, argv: list[str], log_path: Path, pid_dir: Path,
 
 def load_records(pid_dir: Path) -> list[ProcRecord]:
     """All process records of a state dir (unreadable files are skipped)."""
-    out = []
+    out: list[ProcRecord] = []
     if not pid_dir.is_dir():
         return out
     for p in sorted(pid_dir.glob("*.json")):
