@@ -110,6 +110,7 @@ class CwGroup(click.Group):
     def __init__(self, registry: FrameworkRegistry | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._registry = registry
+        self._single: list[FrameworkRegistry] = []  # one built-in each, for `cw <built-in> ...`
 
     @property
     def registry(self) -> FrameworkRegistry:
@@ -122,8 +123,8 @@ class CwGroup(click.Group):
 
     def cleanup(self) -> None:
         """Release what the plugins loaded (only if the registry was loaded)."""
-        if self._registry is not None:
-            self._registry.cleanup()
+        for registry in [*self._single, *([self._registry] if self._registry is not None else [])]:
+            registry.cleanup()
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [loaded.name for loaded in self.registry.all()] + list(COMMANDS)
@@ -131,6 +132,12 @@ class CwGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in COMMANDS:
             return load_command(COMMANDS[cmd_name][0])
+        from cw_cli.frameworks.registry import BUILTINS, FrameworkRegistry
+
+        if cmd_name in BUILTINS and self._registry is None:  # only that framework: no plugin scan
+            single = FrameworkRegistry().load_builtin(cmd_name)
+            self._single.append(single)
+            return FrameworkGroup(single, cmd_name)
         if cmd_name in {loaded.name for loaded in self.registry.all()}:
             return FrameworkGroup(self.registry, cmd_name)
         return None

@@ -20,11 +20,13 @@ from cw_cli.errors import FrameworkError
 from cw_cli.frameworks.base import BaseTrainingFramework, TrainingType
 from cw_cli.frameworks.plugin import FrameworkPlugin
 
-BUILTIN_TARGETS = (
-    "cw_cli.frameworks.trl:get_plugin",
-    "cw_cli.frameworks.axolotl:get_plugin",
-    "cw_cli.frameworks.verifiers:get_plugin",
-)
+#: Built-in framework name -> where its plugin is (a test checks each plugin has that name).
+BUILTINS = {
+    "trl": "cw_cli.frameworks.trl:get_plugin",
+    "axolotl": "cw_cli.frameworks.axolotl:get_plugin",
+    "verifiers": "cw_cli.frameworks.verifiers:get_plugin",
+}
+BUILTIN_TARGETS = tuple(BUILTINS.values())
 ENTRY_POINT_GROUP = "cw_cli.frameworks"
 PLUGINS_DIR_ENV = "CW_PLUGINS_DIR"
 DISABLE_PLUGINS_ENV = "CW_DISABLE_PLUGINS"
@@ -145,6 +147,21 @@ class FrameworkRegistry:
 
         for entry in entry_points(group=ENTRY_POINT_GROUP):
             self._try(f"entry point {entry.name} ({entry.value})", entry.load)
+        return self
+
+    def load_builtin(self, name: str) -> FrameworkRegistry:
+        """Load one built-in framework only (``cw trl sft`` needs no other framework).
+
+        A plugin cannot take a built-in's name (the built-in is loaded first and wins), so the
+        plugin folders and entry points cannot change what ``cw <built-in> ...`` runs; skipping
+        them spares importing every plugin and scanning every installed package's entry points.
+
+        Raises:
+            FrameworkError: ``name`` is not a built-in framework.
+        """
+        if name not in BUILTINS:
+            raise FrameworkError(f"{name!r} is not a built-in framework", hint=f"built-in: {', '.join(BUILTINS)}")
+        self._try("built-in", partial(_import_target, BUILTINS[name]))
         return self
 
     def names(self) -> list[str]:

@@ -6,6 +6,7 @@ import ast
 import json
 import os
 import subprocess
+from pathlib import Path
 import sys
 
 import pytest
@@ -191,3 +192,26 @@ def test_only_the_invoked_command_is_imported(env):
     assert loaded["--help"] == {"cw_cli.cli.app"}
     assert "cw_cli.cli.runs" in loaded["status"] and "cw_cli.cli.run" not in loaded["status"]
     assert "cw_cli.cli.run" in loaded["trl"] and "cw_cli.cli.runs" not in loaded["trl"]
+
+
+def test_a_built_in_framework_command_loads_no_plugin_machinery(env):
+    """`cw trl ...` loads only TRL: no plugin folder or entry-point scan, no other framework."""
+    from cw_cli.frameworks.registry import BUILTINS, FrameworkRegistry
+
+    for name in BUILTINS:  # the table's names are the plugins' own
+        assert FrameworkRegistry().load_builtin(name).names() == [name]
+    probe = (
+        "import sys; sys.argv = ['cw', *sys.argv[1:]]\n"
+        "from cw_cli.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('cw_cli.frameworks.', 'cw_user_plugins'))), file=sys.stderr)\n"
+    )
+    args = ["trl", "sft", str(CONFIGS / "trl-sft.yaml"), "--dry-run", "--name", "probe-run"]
+    plugins = Path(env["HOME"]) / "plugins"
+    (plugins / "loud").mkdir(parents=True, exist_ok=True)  # a plugin folder that would be imported by a scan
+    (plugins / "loud" / "__init__.py").write_text("def get_plugin():\n    raise RuntimeError('scanned')\n")
+    done = subprocess.run([sys.executable, "-c", probe, *args], env=dict(env, PYTHONPATH=str(REPO), CW_PLUGINS_DIR=str(plugins)),
+                          capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
+    loaded = set(ast.literal_eval(done.stderr.strip().splitlines()[-1]))
+    assert "cw_cli.frameworks.trl" in loaded and not any(m.startswith("cw_user_plugins") for m in loaded)
+    assert not loaded & {"cw_cli.frameworks.axolotl", "cw_cli.frameworks.verifiers"}
