@@ -6,8 +6,8 @@ import ast
 import json
 import os
 import subprocess
-from pathlib import Path
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
