@@ -69,6 +69,17 @@ def paired(label: str, cw: Command, peer: Command | None, runs: int, env: dict[s
     return label, statistics.median(mine), statistics.median(theirs) if theirs else None
 
 
+def _settle(session, runs: int, limit_s: float = 300) -> None:
+    """Wait until the controllers have made (and KWOK finished) the background runs' pods, so the
+    timings that follow do not compete with a busy control plane."""
+    deadline, last, stable = time.monotonic() + limit_s, -1, 0
+    while time.monotonic() < deadline and stable < 3:
+        pods = session.kube.list_metadata("Pod", "app.kubernetes.io/managed-by=cw")
+        stable = stable + 1 if len(pods) == last and len(pods) >= runs else 0
+        last = len(pods)
+        time.sleep(2)
+
+
 def _row(label: str, mine: float, theirs: float | None) -> str:
     ratio = f"{mine / theirs:5.2f}" if theirs else "    -"
     peer = f"{theirs * 1000:7.0f}" if theirs else "      -"
@@ -134,6 +145,7 @@ def main() -> None:
         if args.background:
             values = ",".join(str(seed) for seed in range(args.background))
             session.submit_sweep(session.plan_sweep(CONFIG, "trl", "sft", sweep=[f"seed={values}"], name="bg"))
+            _settle(session, args.background)
             watch_rows(args.background)
 
         sweep_file = folder / "sweep.yaml"
