@@ -544,8 +544,6 @@ def run_status(kube: Kube, run_name: str) -> RunView:
     fetched = gather({
         **_object_calls(kube, selector, False, RUN_KINDS, WHOLE_KINDS),
         "Pod": lambda: kube.list("Pod", selector),
-        "preempted": lambda: _preemption_events(kube),
-        "failed-create": lambda: failed_create_events(kube),
     })  # fmt: skip
     objects = [(kind, obj) for kind in RUN_KINDS for obj in fetched[kind]]
     runs, owners = _collect_runs(objects, kube.namespace)
@@ -557,12 +555,16 @@ def run_status(kube: Kube, run_name: str) -> RunView:
     from cw_cli.k8s.diagnose import preemption_events
 
     pods: list[dict[str, Any]] = fetched["Pod"]
-    refusals: list[dict[str, Any]] | None = fetched["failed-create"]
     live, _ = _live_pods(view, pods)
     pending = [p for p in pods if _phase(p) == "Pending"]
     jobs = [obj for kind, obj in objects if kind == "Job"]
     gang = f"JobSet/{run_name}" in view.objects
     more: dict[str, Callable[[], Any]] = {}
+    if _troubled(view, pods):
+        # Events are selected by reason or object, but the API server filters them from all of
+        # the namespace's events: read them only for a run that needs explaining.
+        more["preempted"] = lambda: _preemption_events(kube)
+        more["failed-create"] = lambda: failed_create_events(kube)
     if view.state != "Succeeded":
         wanted = _wanted_logs(live)
         more["logs"] = lambda: _read_logs(kube, wanted, STATUS_LOG_LINES)
@@ -576,8 +578,9 @@ def run_status(kube: Kube, run_name: str) -> RunView:
         more["gang"] = lambda: _gang_objects(kube, run_name)
     later = gather(more)
 
+    refusals: list[dict[str, Any]] | None = later.get("failed-create", [])
     _explain_run(view, owners.get((kube.namespace, run_name), []), pods, later.get("logs", {}))
-    view.explanations += preemption_events(fetched["preempted"], run_name, {e.pod for e in view.explanations if e.pod})
+    view.explanations += preemption_events(later.get("preempted", []), run_name, {e.pod for e in view.explanations if e.pod})
     explained = {e.pod for e in view.explanations}
     capacity = later.get("capacity", {})
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
@@ -617,6 +620,14 @@ def run_status(kube: Kube, run_name: str) -> RunView:
         if refused:
             view.problems.append(f"the cluster refuses to create the pods of {deployment['metadata']['name']}: {refused}")
     return view
+
+
+def _troubled(view: RunView, pods: list[dict[str, Any]]) -> bool:
+    """Whether a run may need the namespace's events to be explained: not finished well, and not
+    simply running with every pod ready (a preempted or refused pod leaves only an event)."""
+    if view.state == "Succeeded":
+        return False
+    return not (view.state in ("Running", "Services only") and pods and all(_pod_ready(p) for p in pods))
 
 
 def _gang_objects(kube: Kube, run_name: str) -> tuple[dict[str, Any] | None, str | None, list[dict[str, Any]]]:
