@@ -42,12 +42,13 @@ def list_command(
 ) -> None:
     """List the runs in the namespace, with state, GPUs, age and why a failed run failed."""
     from cw_cli.cli.formats import check_output, check_states, dump, list_dict, state_key
-    from cw_cli.k8s.inspect import STALLED, list_runs
+    from cw_cli.k8s.inspect import RUN_KINDS, STALLED, WHOLE_KINDS, list_runs
 
     output = check_output(output)
     states = check_states(list(state)) if state else None
     client = kube(context, namespace)
-    runs = list_runs(client, all_namespaces=all_namespaces)
+    # The table shows no object names: the owners and servers alone find every run.
+    runs = list_runs(client, all_namespaces=all_namespaces, kinds=RUN_KINDS if output != "table" else WHOLE_KINDS)
     if states:
         runs = [run for run in runs if state_key(run.state) in states]
     if framework:

@@ -366,16 +366,25 @@ MAX_NAMED_RUNS = 100
 
 
 def list_runs(
-    kube: Kube, all_namespaces: bool = False, run_name: str | None = None, log_lines: int = LIST_LOG_LINES
+    kube: Kube,
+    all_namespaces: bool = False,
+    run_name: str | None = None,
+    log_lines: int = LIST_LOG_LINES,
+    kinds: tuple[str, ...] = RUN_KINDS,
 ) -> list[RunView]:
     """Every cw run in the namespace (or in all of them), newest first, each with why it failed.
 
-    Reads the runs' objects at once (names only for all but Jobs, JobSets and Deployments),
+    Reads the runs' objects of ``kinds`` at once (names only for all but Jobs, JobSets and
+    Deployments; :data:`WHOLE_KINDS` alone find every run, the other kinds only fill ``objects``),
     pods only of the runs not Succeeded, and logs only of failed runs' failed containers
     (``log_lines`` each, a few containers per run at most).
     """
-    runs, owners = _collect_runs(run_objects(kube, run_name, all_namespaces), kube.namespace)
+    runs, owners = _collect_runs(run_objects(kube, run_name, all_namespaces, kinds), kube.namespace)
     unfinished = sorted({key[1] for key, view in runs.items() if view.state != "Succeeded"})
+    if len(unfinished) > MAX_NAMED_RUNS:
+        # Explaining hundreds of live runs would read every pod (MBs at 1,000 runs): explain the
+        # failed ones, which `cw list` is for; `cw status RUN` explains any other.
+        unfinished = sorted({key[1] for key, view in runs.items() if view.state == "Failed"})
     if unfinished:
         selector = run_selector(run_name)
         if run_name is None and len(unfinished) <= MAX_NAMED_RUNS:  # only their pods, whatever else is there
@@ -384,13 +393,15 @@ def list_runs(
         for pod in kube.list("Pod", selector, all_namespaces=all_namespaces):
             labels = pod["metadata"].get("labels") or {}
             by_run.setdefault((pod["metadata"].get("namespace") or kube.namespace, labels.get(RUN_LABEL, "")), []).append(pod)
+        explained = set(unfinished)
         wanted = []
         for key, view in runs.items():
-            if view.state == "Failed":
+            if view.state == "Failed" and key[1] in explained:
                 wanted += _wanted_logs(_live_pods(view, by_run.get(key, []))[0])
         logs = _read_logs(kube, wanted, log_lines)
         for key, view in runs.items():
-            _explain_run(view, owners.get(key, []), by_run.get(key, []), logs)
+            if key[1] in explained:
+                _explain_run(view, owners.get(key, []), by_run.get(key, []), logs)
     return sorted(
         runs.values(), key=lambda v: (v.created or datetime.min.replace(tzinfo=timezone.utc), v.namespace), reverse=True
     )

@@ -145,3 +145,24 @@ def test_bad_output_and_state_values_are_usage_errors_and_completion_is_silent(t
     complete = {**env, "_CW_COMPLETE": "bash_complete", "COMP_WORDS": "cw status ", "COMP_CWORD": "2"}
     result = subprocess.run([sys.executable, "-c", script], env=complete, capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stdout.strip(), result.stderr) == (0, "", "")
+
+
+def test_list_with_hundreds_of_live_runs_reads_only_the_failed_runs_pods(monkeypatch):
+    """Past MAX_NAMED_RUNS unfinished runs, `cw list` explains the failed ones (their pods only)."""
+    import cw_cli.k8s.inspect as inspect
+
+    monkeypatch.setattr(inspect, "MAX_NAMED_RUNS", 2)
+    busy = [_job(f"busy{i}", active=1) for i in range(3)]
+    kube = FakeKube({"Job": [*busy, _job("oom", FAILED)],
+                     "Pod": [_pod("oom", "Failed", {"terminated": {"exitCode": 137, "reason": "OOMKilled"}})]}, {})  # fmt: skip
+    selectors = []
+    original = kube.list
+
+    def recording(kind, label_selector=None, field_selector=None, all_namespaces=False):
+        selectors.append((kind, label_selector))
+        return original(kind, label_selector, field_selector, all_namespaces)
+
+    kube.list = recording
+    runs = {run.name: run for run in list_runs(kube)}
+    assert runs["oom"].failure == "OOMKilled (trainer)" and runs["busy0"].failure is None
+    assert [sel for kind, sel in selectors if kind == "Pod"] == ["app.kubernetes.io/managed-by=cw,cw-cli.dev/run in (oom)"]
