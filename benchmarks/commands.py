@@ -39,14 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-CONFIG = {
-    "model_name_or_path": "Qwen/Qwen2.5-0.5B",
-    "dataset_name": "trl-lib/Capybara",
-    "gpu": 1,
-    "cpu": "1",
-    "memory": "4Gi",
-    "checkpoint_volume": "none",
-}
+from sweep_submit import CONFIG  # noqa: E402 - the same small SFT run as the sweep benchmark
 Command = Callable[[int], list[str]]
 
 
