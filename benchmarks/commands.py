@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sweep_submit import CONFIG  # noqa: E402 - the same small SFT run as the sweep benchmark
+
 Command = Callable[[int], list[str]]
 
 
