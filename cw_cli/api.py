@@ -32,6 +32,7 @@ from cw_cli.errors import ConfigError
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a call needs the cluster
     from cw_cli.config.models import ClusterSpec
     from cw_cli.config.yaml_source import YamlSource
+    from cw_cli.estimate.from_config import RunEstimate
     from cw_cli.frameworks.registry import FrameworkRegistry
     from cw_cli.k8s.connection import Kube
     from cw_cli.k8s.inspect import RunView
@@ -102,6 +103,96 @@ def set_assignments(values: Mapping[str, Any] | list[str] | None) -> list[str]:
 def may_be_gang(cluster: ClusterSpec) -> bool:
     """Whether the run could be a JobSet, so the cluster must be asked whether it serves JobSet."""
     return cluster.jobset is True or (cluster.jobset == "auto" and (cluster.nodes > 1 or cluster.queue is not None))
+
+
+class WontFit(ConfigError):
+    """A launch refused because the trainer or a server clearly cannot fit its GPUs' memory.
+
+    Nothing was created. ``issues`` carry the breakdown and the changes that would fit;
+    ``estimate`` is the whole :class:`~cw_cli.estimate.from_config.RunEstimate`. ``force=True``
+    (``--force``) launches anyway.
+    """
+
+    def __init__(self, estimate: RunEstimate, run_name: str, command: str) -> None:
+        self.estimate = estimate
+        issues = refusal_lines(estimate)
+        super().__init__(
+            issues,
+            hint=f"make one of the changes above (`{command}` with the launch's options shows the whole estimate), "
+            "or launch anyway with --force",
+        )
+        self.message = f"run {run_name} would run out of GPU memory: {estimate.summary().removeprefix('memory estimate: ')}"
+        self.args = (self.message,)
+
+
+def refusal_lines(estimate: RunEstimate) -> list[str]:
+    """The breakdown of each role that does not fit, then the suggestions that fit."""
+    from cw_cli.estimate.vllm import GIB
+
+    est = estimate.estimate
+    lines: list[str] = []
+    if est is None or estimate.verdict is None:
+        return [estimate.summary()]
+    for role in estimate.verdict.roles:  # against the GPU itself, not the refusal's band
+        if role.fits or role.role not in estimate.roles:
+            continue
+        if role.role == "trainer":
+            t = est.trainer
+            terms = [("weights", t.weights_bytes), ("gradients", t.gradients_bytes),
+                     ("optimizer states", t.optimizer_states_bytes), ("master weights", t.master_weights_bytes),
+                     ("gathered layers", t.gathered_weights_bytes), ("weight copies", t.weight_copies_bytes),
+                     ("activations", t.activations_bytes), ("logits", t.logits_bytes),
+                     ("reference model", t.reference_model_bytes), ("generation", t.generation_bytes),
+                     ("overhead", t.overhead_bytes), ("colocated vLLM", t.colocated_vllm_bytes)]  # fmt: skip
+            shown = ", ".join(f"{name} {value / GIB:.1f}" for name, value in terms if value)
+            lines.append(f"trainer needs {role.required_bytes / GIB:.1f} GiB per GPU of {role.available_bytes / GIB:.1f} "
+                         f"({role.reason}; peak at {t.peak_phase}): {shown} GiB")
+        else:
+            lines.append(f"vLLM needs {role.required_bytes / GIB:.1f} GiB per GPU of {role.available_bytes / GIB:.1f} "
+                         f"({role.reason})")
+    for suggestion, changes in zip(estimate.suggestions[:4], estimate.changes):
+        how = f": {'; '.join(changes)}" if changes else ""
+        lines.append(f"fits with: {suggestion.description} -> {suggestion.per_gpu_bytes / GIB:.1f} GiB per GPU{how}")
+    if not estimate.suggestions:
+        lines.append("no single change tried (checkpointing, LoRA/QLoRA, ZeRO-3, offload, more nodes, a smaller "
+                     "batch or length) makes it fit")
+    return lines
+
+
+def estimate_run(
+    planned: PlannedRun,
+    *,
+    gpu_memory: str | int | None = None,
+    nodes: Callable[[], list[dict[str, Any]]] | None = None,
+    hub: bool = False,
+    suggest: bool = True,
+    allow_meta_device: bool = True,
+) -> RunEstimate:
+    """The memory estimate of a planned run, as ``cw estimate`` prints it (see docs/estimate.md).
+
+    Args:
+        planned: What :func:`plan` returned.
+        gpu_memory: One GPU's memory (``--gpu-memory``); else the config's ``gpu_memory`` or
+            ``gpu_type``, else ``nodes``.
+        nodes: Lists the cluster's nodes (their GPU labels); None never asks (offline).
+        hub: Allow downloading the model's config.json from the hub when it is not local.
+        suggest: Compute the changes that would fit when something does not.
+        allow_meta_device: Count an unknown architecture with transformers (slow).
+
+    Raises:
+        ConfigError: ``gpu_memory`` is not a memory size.
+    """
+    from cw_cli.estimate.from_config import estimate_run as estimate
+
+    request = planned.request
+    try:
+        return estimate(
+            request.framework.name, request.training_type, request.config.native, request.config.cluster,
+            request.config.path.parent, gpu_memory=gpu_memory, nodes=nodes, hub=hub, suggest=suggest,
+            services_only=request.services_only, allow_meta_device=allow_meta_device,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise ConfigError([f"--gpu-memory {gpu_memory!r}: {exc}"], hint="e.g. --gpu-memory 80GB") from None
 
 
 def _registry() -> FrameworkRegistry:
@@ -448,6 +539,7 @@ class Session:
         self._namespace = namespace
         self._registry = registry
         self._kube: Kube | None = None
+        self._nodes: list[dict[str, Any]] | None = None
 
     @property
     def kube(self) -> Kube:
@@ -480,19 +572,78 @@ class Session:
         """:func:`plan` with this session's registry and the cluster's facts (see there for options)."""
         return plan(config, framework, training_type, registry=self.registry, connect=lambda: self.kube, **options)
 
+    def nodes(self) -> list[dict[str, Any]]:
+        """The cluster's nodes (read once per session): their GPU labels size the memory check.
+
+        Raises:
+            Forbidden: The credentials may not list nodes.
+        """
+        if self._nodes is None:
+            self._nodes = self.kube.list("Node")
+        return self._nodes
+
+    def check_memory(
+        self, planned: PlannedRun, *, gpu_memory: str | int | None = None, force: bool = False,
+        dry_run: bool = False, progress: Progress = _quiet, command: str | None = None,
+    ) -> RunEstimate:  # fmt: skip
+        """The pre-launch memory check: estimate the run and refuse one that clearly cannot fit.
+
+        Offline apart from one node list (only when the model's config.json is found here and
+        no GPU size was given). A run it cannot estimate (a plugin framework, a model not in the
+        local Hugging Face cache, an unknown architecture, unknown GPU memory) passes, with a note
+        to ``progress``.
+
+        Args:
+            planned: The run.
+            gpu_memory: One GPU's memory (``--gpu-memory``).
+            force: Report, never refuse (``--force``).
+            dry_run: Report, never refuse (``--server-dry-run``).
+            progress: Gets the one-line verdict (or why there is none).
+            command: The ``cw estimate ...`` command the refusal's hint names.
+
+        Raises:
+            WontFit: A role needs more than its GPU even within the estimate's error band.
+        """
+        if planned.request.local:
+            return estimate_run(planned, gpu_memory=gpu_memory, suggest=False, allow_meta_device=False)
+        result = estimate_run(planned, gpu_memory=gpu_memory, nodes=self.nodes, suggest=False, allow_meta_device=False)
+        if result.clearly_too_big and not force and not dry_run:
+            result = estimate_run(planned, gpu_memory=gpu_memory, nodes=self.nodes, allow_meta_device=False)
+            request = planned.request
+            shown = command or f"cw estimate {request.framework.name} {request.training_type.value} {request.config.path}"
+            raise WontFit(result, planned.name, shown)
+        why = " (a dry run: not refused)" if dry_run else " (--force: launching anyway)" if force else ""
+        progress(result.summary() + (why if result.clearly_too_big else ""))
+        for note in result.gpu.notes if result.estimate is not None and result.gpu.memory is None else ():
+            progress(f"note: {note}")
+        return result
+
     def submit(
         self,
         planned: PlannedRun,
         *,
         server_dry_run: bool = False,
         progress: Progress = _quiet,
+        check_memory: bool = False,
+        force: bool = False,
+        gpu_memory: str | int | None = None,
     ) -> Run:
         """Create a planned run on the cluster, all or nothing (see :func:`cw_cli.k8s.submit.launch`).
 
         A plan made offline is made again with the cluster's facts first (it may become a
         JobSet where the cluster serves JobSet).
 
+        Args:
+            planned: The run.
+            server_dry_run: The API server validates everything and persists nothing.
+            progress: Gets each step.
+            check_memory: Run :meth:`check_memory` first: refuse a run that clearly cannot fit
+                its GPUs (a server dry run only reports). The CLI's launches do.
+            force: With ``check_memory``, report but never refuse (``--force``).
+            gpu_memory: One GPU's memory for the check (``--gpu-memory``).
+
         Raises:
+            WontFit: ``check_memory`` and the run clearly cannot fit (nothing was created).
             Conflict: A run of that name exists (nothing was created).
             NotFound: The namespace, a Secret or a claim the run names is missing.
             Interrupted: Ctrl-C or a termination signal; what was created is removed.
@@ -500,6 +651,8 @@ class Session:
         """
         from cw_cli.k8s.submit import launch
 
+        if check_memory:
+            self.check_memory(planned, gpu_memory=gpu_memory, force=force, dry_run=server_dry_run, progress=progress)
         if not planned.cluster_facts and may_be_gang(planned.request.config.cluster):
             from dataclasses import replace
 
@@ -524,16 +677,19 @@ class Session:
         return plan_sweep(config, framework, training_type, registry=self.registry, connect=lambda: self.kube, **options)
 
     def submit_sweep(
-        self, planned: PlannedSweep, *, resume: bool = False, progress: Progress = _quiet, parallel: int = SWEEP_PARALLEL
-    ) -> list[Run]:
+        self, planned: PlannedSweep, *, resume: bool = False, progress: Progress = _quiet, parallel: int = SWEEP_PARALLEL,
+        check_memory: bool = False, force: bool = False, gpu_memory: str | int | None = None,
+    ) -> list[Run]:  # fmt: skip
         """Create every run of a sweep, or none.
 
         Runs are created ``parallel`` at a time on this session's connection pool, each
         all-or-nothing as :meth:`submit`. If one fails, the runs this call created are deleted
         again before the error propagates, unless ``resume``: then what exists stays, and a later
-        call with ``resume`` skips the runs already on the cluster and creates the rest.
+        call with ``resume`` skips the runs already on the cluster and creates the rest. With
+        ``check_memory`` every run is checked (:meth:`check_memory`) before any is created.
 
         Raises:
+            WontFit: ``check_memory`` and a run clearly cannot fit (nothing was created).
             CwError: The first failure (its hint says what was removed).
             Interrupted: Ctrl-C; the sweep's runs created so far are removed.
         """
@@ -543,6 +699,16 @@ class Session:
 
         total = len(planned.runs)
         self.kube  # noqa: B018 - connect once, before the threads share the connection pool
+        if check_memory:
+            said: set[str] = set()
+
+            def once(line: str) -> None:  # runs that differ only in, say, the learning rate say it once
+                if line not in said:
+                    said.add(line)
+                    progress(line)
+
+            for run in planned.runs:  # every run before any is created; one node list for all
+                self.check_memory(run, gpu_memory=gpu_memory, force=force, progress=once)
 
         def create(index: int, run: PlannedRun) -> tuple[Run, bool]:
             try:

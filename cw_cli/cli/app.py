@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cw_cli.cli.metrics:metrics_command",
         "Show a run's training metrics (loss, reward...) from its trainer log: a table and a chart.",
     ),
+    "estimate": ("cw_cli.cli.estimate:estimate_command", "Estimate a run's per-GPU memory (trainer, vLLM) and whether it fits."),
     "delete": (
         "cw_cli.cli.runs:delete_command",
         "Delete every object of a run, or of every run of a sweep (and nothing else).",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -28,22 +29,44 @@ DRY_RUN_HEADER = (
 )
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def launch_options(function: F) -> F:
+    """CONFIG and the options that size, name and place a run: shared by a launch and `cw estimate`."""
+    decorators = [
+        click.argument("config", type=click.Path(path_type=Path)),
+        click.option("--gpu", type=int, help="GPUs per trainer node."),
+        click.option("--cpu", help="CPU per trainer pod, e.g. 32."),
+        click.option("--memory", help="Memory per trainer pod, e.g. 256Gi."),
+        click.option("--image", help="Trainer image."),
+        click.option("--nodes", type=int, help="Trainer nodes (one pod each)."),
+        click.option("--name", help="Run name (default: generated, unique)."),
+        click.option("--pull", is_flag=True, help="Always pull the image."),
+        click.option("--set", "set_", multiple=True, metavar="KEY=VALUE",
+                     help="key=value for any config key, dotted keys nest, value typed as YAML; repeatable."),
+        namespace_option,
+        context_option,
+    ]  # fmt: skip
+    for decorator in reversed(decorators):  # as if stacked above the function, first on top
+        function = decorator(function)
+    return function
+
+
+def gpu_memory_option(function: F) -> F:
+    """``--gpu-memory``: one GPU's memory for the memory estimate."""
+    return click.option(
+        "--gpu-memory", metavar="SIZE",
+        help="Memory of one GPU for the memory estimate, e.g. 80GB or 141GB (default: gpu_memory / gpu_type in the "
+        "config, else the nodes' nvidia.com/gpu.memory labels).",
+    )(function)  # fmt: skip
+
+
 def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name: str, short_help: str) -> click.Command:
     """Build the click command ``cw <framework_name> <type_name>``."""
 
     @click.command(type_name, help=f"Run `{framework_name} {type_name}` on the cluster.", short_help=short_help)
-    @click.argument("config", type=click.Path(path_type=Path))
-    @click.option("--gpu", type=int, help="GPUs per trainer node.")
-    @click.option("--cpu", help="CPU per trainer pod, e.g. 32.")
-    @click.option("--memory", help="Memory per trainer pod, e.g. 256Gi.")
-    @click.option("--image", help="Trainer image.")
-    @click.option("--nodes", type=int, help="Trainer nodes (one pod each).")
-    @click.option("--name", help="Run name (default: generated, unique).")
-    @click.option("--pull", is_flag=True, help="Always pull the image.")
-    @click.option("--set", "set_", multiple=True, metavar="KEY=VALUE",
-                  help="key=value for any config key, dotted keys nest, value typed as YAML; repeatable.")
-    @namespace_option
-    @context_option
+    @launch_options
     @click.option("--dry-run", is_flag=True, help="Print the manifests; touch nothing.")
     @click.option("--server-dry-run", is_flag=True, help="Have the API server validate everything; persist nothing.")
     @click.option("--services", is_flag=True, help="Deploy only the services of a multi-service type.")
@@ -55,6 +78,8 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
     @click.option("--sweep", multiple=True, metavar="KEY=V1,V2",
                   help="key=v1,v2,...: one run per value (several --sweep: every combination); --name names the sweep.")
     @click.option("--resume-sweep", is_flag=True, help="Keep a sweep's runs if one fails; run again to create the rest.")
+    @gpu_memory_option
+    @click.option("--force", is_flag=True, help="Launch even if the memory estimate says the run cannot fit its GPUs.")
     @handle_errors
     def command(
         config: Path,
@@ -78,9 +103,13 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
         resume: bool,
         sweep: tuple[str, ...],
         resume_sweep: bool,
+        gpu_memory: str | None,
+        force: bool,
     ) -> None:
         from cw_cli import api
 
+        if gpu_memory is not None:
+            _check_gpu_memory(gpu_memory)  # before anything is printed or planned
         if local and gpu is None:
             gpu = _local_gpu_count()  # the config's GPU count is for cluster nodes, not this machine
         session = None if (dry_run or local) else api.Session(context=context, namespace=namespace, registry=registry)
@@ -93,8 +122,9 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
             if local or services or server_dry_run:
                 raise click.UsageError("a sweep cannot be combined with --local, --services or --server-dry-run")
             options.pop("name")
+            check = MemoryCheck(gpu_memory, force, _estimate_command(framework_name, type_name, config))
             _sweep(session, source, framework_name, type_name, registry, list(sweep), name, options,
-                   dry_run, wait, timeout, resume_sweep)  # fmt: skip
+                   dry_run, wait, timeout, resume_sweep, check)  # fmt: skip
             return
         if session is None:
             planned = api.plan(source, framework_name, type_name, registry=registry, **options)
@@ -103,15 +133,56 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
         _print_notices(planned.notices)
         if dry_run:
             click.echo(DRY_RUN_HEADER + planned.to_yaml(), nl=False)
+            _print_estimate([planned], gpu_memory)
             return
         if local:
             from cw_cli.cli.local_run import run_locally
 
             raise click.exceptions.Exit(run_locally(planned.plan))
         assert session is not None
-        _apply(session, planned, server_dry_run, wait, timeout, services)
+        check = MemoryCheck(gpu_memory, force, _estimate_command(framework_name, type_name, config))
+        _apply(session, planned, server_dry_run, wait, timeout, services, check)
 
     return command
+
+
+@dataclass(frozen=True)
+class MemoryCheck:
+    """The pre-launch memory check's options: ``--gpu-memory``, ``--force``, and the estimate command to name."""
+
+    gpu_memory: str | None
+    force: bool
+    command: str
+
+
+def _check_gpu_memory(value: str) -> None:
+    from cw_cli.errors import ConfigError
+    from cw_cli.estimate.gpus import parse_memory
+
+    try:
+        parse_memory(value)
+    except ValueError as exc:
+        raise ConfigError([f"--gpu-memory: {exc}"], hint="e.g. --gpu-memory 80GB, 80Gi or 141GB") from None
+
+
+def _estimate_command(framework_name: str, type_name: str, config: Path) -> str:
+    return f"cw estimate {framework_name} {type_name} {config}"
+
+
+def _print_estimate(runs: list[api.PlannedRun], gpu_memory: str | None) -> None:
+    """A dry run's memory verdict, as notes: offline (no node list), never a refusal."""
+    from cw_cli import api
+
+    said: list[str] = []
+    for planned in runs:
+        result = api.estimate_run(planned, gpu_memory=gpu_memory, allow_meta_device=False)
+        lines = [result.summary()]
+        if result.estimate is not None and result.gpu.memory is None:
+            lines += list(result.gpu.notes)
+        elif result.fits is False:
+            lines += api.refusal_lines(result)
+        said += [line for line in lines if line not in said]
+    _print_notices(said)
 
 
 def _sweep(
@@ -127,6 +198,7 @@ def _sweep(
     wait: bool,
     timeout: float | None,
     resume_sweep: bool,
+    memory: MemoryCheck,
 ) -> None:
     from rich.markup import escape
 
@@ -140,12 +212,16 @@ def _sweep(
     _print_notices(planned.runs[0].notices)
     if dry_run:
         click.echo(DRY_RUN_HEADER + f"# sweep {planned.name}: {len(planned.runs)} runs\n" + planned.to_yaml(), nl=False)
+        _print_estimate(planned.runs, memory.gpu_memory)
         return
     assert session is not None
     console = err()
     console.print(f"sweep [bold]{planned.name}[/]: {len(planned.runs)} runs in namespace {session.namespace} ({session.kube.host})")
     with _termination_as_interrupt():
-        runs = session.submit_sweep(planned, resume=resume_sweep, progress=lambda line: console.print(f"  {escape(line)}"))
+        runs = session.submit_sweep(
+            planned, resume=resume_sweep, progress=lambda line: console.print(f"  {escape(line)}"),
+            check_memory=True, force=memory.force, gpu_memory=memory.gpu_memory,
+        )  # fmt: skip
     console.print(f"next: cw list --sweep {planned.name}   cw delete --sweep {planned.name}")
     if not wait:
         return
@@ -193,6 +269,7 @@ def _apply(
     wait: bool,
     timeout: float | None,
     services_only: bool,
+    memory: MemoryCheck,
 ) -> None:
     from rich.markup import escape
 
@@ -204,7 +281,13 @@ def _apply(
     def progress(line: str) -> None:
         console.print(f"  {escape(line)}")
 
+    # Before anything is said about the launch: a run that cannot fit is refused here, creating nothing.
+    verdict: list[str] = []
+    session.check_memory(planned, gpu_memory=memory.gpu_memory, force=memory.force, dry_run=server_dry_run,
+                         progress=verdict.append, command=memory.command)  # fmt: skip
     console.print(f"run [bold]{plan.run_name}[/] in namespace {session.namespace} ({session.kube.host})")
+    for line in verdict:
+        progress(line)
     with _termination_as_interrupt():
         run = session.submit(planned, server_dry_run=server_dry_run, progress=progress)
         result = run.launch

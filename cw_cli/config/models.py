@@ -30,6 +30,23 @@ CpuQuantity = Annotated[str, BeforeValidator(lambda value: _quantity(value, MIN_
 MemoryQuantity = Annotated[str, BeforeValidator(lambda value: _quantity(value, MIN_MEMORY, "memory"))]
 
 
+#: A GPU's memory as `gpu_memory` or `--gpu-memory` write it: 80GB, 80Gi, 141GB, 81559MiB, a number of GiB.
+_GPU_MEMORY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(|g|gb|gi|gib|m|mb|mi|mib|t|tb|ti|tib)\s*$", re.IGNORECASE)
+
+
+def _gpu_memory(value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError("must be a memory size such as 80GB, 80Gi or 81559MiB")
+    text = str(value).strip()
+    match = _GPU_MEMORY.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a memory size such as 80GB, 80Gi or 81559MiB (a bare number is GiB)")
+    return text
+
+
+GpuMemorySize = Annotated[str, BeforeValidator(_gpu_memory), WithJsonSchema({"type": ["string", "number"]})]
+
+
 def _env_value(value: object) -> object:
     # YAML types `PORT: 8000` and `DEBUG: true`; an environment variable is text (`true`, as a shell writes it).
     if isinstance(value, bool):
@@ -198,6 +215,18 @@ class ClusterSpec(StrictModel):
     cpu: CpuQuantity | None = Field(default=None, description="CPU request and limit of each trainer pod.")
     memory: MemoryQuantity | None = Field(default=None, description="Memory request and limit of each trainer pod.")
     nodes: int = Field(default=1, ge=1, le=512, description="Trainer nodes (pods, one per node).")
+    gpu_type: str | None = Field(
+        default=None,
+        max_length=200,
+        description="GPU product the run expects, e.g. H100-80GB or NVIDIA-H200: its memory is what `cw estimate` and "
+        "the pre-launch memory check compare with, and only nodes whose nvidia.com/gpu.product contains it are read. "
+        "Not a scheduling constraint (use node_selector).",
+    )
+    gpu_memory: GpuMemorySize | None = Field(
+        default=None,
+        description="Memory of one GPU, e.g. 80GB, 80Gi or 141GB (a bare number is GiB), for `cw estimate` and the "
+        "pre-launch memory check; wins over gpu_type and the nodes' labels (--gpu-memory wins over it).",
+    )
     env: dict[str, EnvValue] = Field(
         default_factory=dict, description="Extra environment variables for every container of the run."
     )
