@@ -303,7 +303,9 @@ def test_the_hub_when_allowed_and_online(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(huggingface_hub, "hf_hub_download",
                         lambda repo, name, revision=None: calls.append((repo, name)) or str(downloaded))
-    monkeypatch.delenv("HF_HUB_OFFLINE")
+    # Online: neither switch set (a test run earlier in the session may have left TRANSFORMERS_OFFLINE).
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
     found = find_model_config("Qwen/Qwen3-8B", hub=True)
     assert calls == [("Qwen/Qwen3-8B", "config.json")] and found.config["model_type"] == "qwen3"
