@@ -53,9 +53,18 @@ def _time(argv: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
-def paired(label: str, cw: Command, peer: Command | None, runs: int, env: dict[str, str]) -> tuple[str, float, float | None]:
-    """Median seconds of ``cw`` and ``peer``, run alternately ``runs`` times (argument: the iteration)."""
+def paired(
+    label: str, cw: Command, peer: Command | None, runs: int, env: dict[str, str], warm_up: bool = True
+) -> tuple[str, float, float | None]:
+    """Median seconds of ``cw`` and ``peer``, run alternately ``runs`` times (argument: the iteration).
+
+    ``warm_up`` runs each once first, untimed (the page cache); off for commands that create things.
+    """
     mine, theirs = [], []
+    if warm_up:
+        _time(cw(0), env)
+        if peer is not None:
+            _time(peer(0), env)
     for i in range(runs):
         mine.append(_time(cw(i), env))
         if peer is not None:
@@ -95,7 +104,11 @@ def main() -> None:
     cw = [str(Path(sys.executable).with_name("cw"))] if Path(sys.executable).with_name("cw").exists() else [sys.executable, "-m", "cw_cli"]
     torchx = args.torchx if shutil.which(args.torchx) else None
     namespace = f"bench-{secrets.token_hex(3)}"
-    env = {**os.environ, "KUBECONFIG": args.kubeconfig}
+    # Both sides run as installed: with their bytecode cached. (An editable install has no .pyc until
+    # the first run writes one, and PYTHONDONTWRITEBYTECODE would make every run compile cw again.)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    env["KUBECONFIG"] = args.kubeconfig
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "cw_cli")], check=True, capture_output=True)
     kubectl = [args.kubectl, "--context", args.context, "-n", namespace]
     scope = ["--context", args.context, "-n", namespace]
     session = api.Session(context=args.context, namespace=namespace, kubeconfig=args.kubeconfig)
@@ -124,7 +137,7 @@ def main() -> None:
             manifests.append(path)
         rows.append(paired("submit one run | kubectl apply -f",
                            lambda i: [*cw, "trl", "sft", str(config), "--name", f"s{i}", *scope],
-                           lambda i: [*kubectl, "apply", "-f", str(manifests[i])], args.runs, env))  # fmt: skip
+                           lambda i: [*kubectl, "apply", "-f", str(manifests[i])], args.runs, env, warm_up=False))  # fmt: skip
 
         def watch_rows(background: int) -> None:
             where = f"{background + 2 * args.runs} runs in ns"
@@ -151,7 +164,7 @@ def main() -> None:
         time.sleep(2)  # the new namespace's ServiceAccount
         rows.append(paired("100-run sweep | one kubectl apply -f", lambda i: [*cw, "trl", "sft", str(sweep_file), "--name", "sw", *scope],
                            lambda i: [args.kubectl, "--context", args.context, "-n", other, "apply", "-f",
-                                      str(folder / "sweep-manifests.yaml")], 1, env))  # fmt: skip
+                                      str(folder / "sweep-manifests.yaml")], 1, env, warm_up=False))  # fmt: skip
         session.kube.request("DELETE", f"/api/v1/namespaces/{other}")
     finally:
         session.kube.request("DELETE", f"/api/v1/namespaces/{namespace}")

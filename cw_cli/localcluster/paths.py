@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from cw_cli.cache import cache_dir
+
 from .errors import LocalClusterError
 
 _PKG_DIR = Path(__file__).resolve().parent.parent  # .../cw_cli
@@ -35,16 +37,6 @@ def tools_dir() -> Path:
             raise LocalClusterError(f"CW_TOOLS_DIR={env} has no versions.env")
         return p
     return _resource_dir("tools")
-
-
-def cache_dir() -> Path:
-    """Root of cw's cache (binaries under bin/); env CW_CACHE_DIR, default ~/.cache/cw."""
-    env = os.environ.get("CW_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "cw"
 
 
 def default_cluster_dir() -> Path:

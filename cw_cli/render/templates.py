@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 import yaml
 
+from cw_cli.cache import cache_dir
 from cw_cli.errors import CwError
 from cw_cli.labels import COMPONENT_LABEL, INSTANCE_LABEL, MANAGED_BY_LABEL
 
@@ -52,10 +53,41 @@ def _selector(labels: dict[str, str]) -> dict[str, str]:
     return {key: labels[key] for key in keys if key in labels}
 
 
+class _QuietBytecodeCache(jinja2.FileSystemBytecodeCache):
+    """Compiled templates kept between runs (compiling them was a tenth of a dry run).
+
+    Jinja checks each entry against the template's source checksum and its own bytecode version,
+    so an edited template or another Python recompiles. A cache that cannot be read or written
+    only costs that time again: it never fails a render.
+    """
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except (OSError, EOFError, ValueError, TypeError):
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    folder = cache_dir() / "templates"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        return None
+    return _QuietBytecodeCache(str(folder))
+
+
 @lru_cache(maxsize=8)
 def _environment(search_path: tuple[str, ...]) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(list(search_path)),
+        bytecode_cache=_bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         finalize=_to_json,
         trim_blocks=True,
