@@ -356,37 +356,12 @@ def up(
         raise LocalClusterError("node counts must be >= 0")
     _check_state_dir(state)
 
-    info = _load_info(state)
-    if info is not None:
-        st = status(state)
-        if st.running:
-            if kueue and not set(QUEUEING) <= {r.name for r in procs.load_records(state / "pids")}:
-                raise LocalClusterError(
-                    "the running local cluster has no Kueue and JobSet; stop it with `cw cluster down`, "
-                    "then `cw cluster up --kueue`")
-            pki = load_pki(state / "pki")
-            _top_up_nodes(info, st, pki, gpu_nodes, cpu_nodes, timeout, say)
-            merge_user_kubeconfig(user_kc, info.server, pki.ca.cert, pki.admin.cert, pki.admin.key,
-                                  set_current=set_current_context)
-            info.kubeconfig = str(user_kc)
-            info.already_running = True
-            (state / STATE_FILE).write_text(json.dumps(asdict(info), indent=2))
-            return info
-        say("found a stale cluster; stopping it")
-        down(state)
-    elif procs.load_records(state / "pids"):
-        down(state)
+    running = _reuse_running(state, user_kc, gpu_nodes, cpu_nodes, timeout, set_current_context, say, kueue)
+    if running is not None:
+        return running
 
     t_build = time.monotonic()
-    if build:
-        bins = ensure_binaries(on_build_start=lambda c: say(f"building {c} (cold build, minutes)"),
-                               optional=QUEUEING if kueue else ())
-    else:
-        missing = missing_components(optional=QUEUEING if kueue else ())
-        if missing:
-            raise LocalClusterError(
-                f"cluster binaries missing ({', '.join(missing)}); run without --no-build")
-        bins = binary_paths()
+    bins = _binaries(build, kueue, say)
     build_seconds = round(time.monotonic() - t_build, 1)
 
     t0 = time.monotonic()
@@ -406,6 +381,45 @@ def up(
     info.start_seconds = round(time.monotonic() - t0, 1)
     (state / STATE_FILE).write_text(json.dumps(asdict(info), indent=2))
     return info
+
+
+def _reuse_running(state: Path, user_kc: Path, gpu_nodes: int, cpu_nodes: int, timeout: float,
+                   set_current_context: bool, say: Callable[[str], None], kueue: bool) -> ClusterInfo | None:  # fmt: skip
+    """The cluster already running in ``state``, topped up to the nodes asked for; None when
+    there is none (a stale one, or leftover processes, are stopped first)."""
+    info = _load_info(state)
+    if info is None:
+        if procs.load_records(state / "pids"):
+            down(state)
+        return None
+    st = status(state)
+    if not st.running:
+        say("found a stale cluster; stopping it")
+        down(state)
+        return None
+    if kueue and not set(QUEUEING) <= {r.name for r in procs.load_records(state / "pids")}:
+        raise LocalClusterError(
+            "the running local cluster has no Kueue and JobSet; stop it with `cw cluster down`, "
+            "then `cw cluster up --kueue`")
+    pki = load_pki(state / "pki")
+    _top_up_nodes(info, st, pki, gpu_nodes, cpu_nodes, timeout, say)
+    merge_user_kubeconfig(user_kc, info.server, pki.ca.cert, pki.admin.cert, pki.admin.key,
+                          set_current=set_current_context)
+    info.kubeconfig = str(user_kc)
+    info.already_running = True
+    (state / STATE_FILE).write_text(json.dumps(asdict(info), indent=2))
+    return info
+
+
+def _binaries(build: bool, kueue: bool, say: Callable[[str], None]) -> Binaries:
+    """The components' binaries: built when missing and ``build``, else an error naming them."""
+    optional = QUEUEING if kueue else ()
+    if build:
+        return ensure_binaries(on_build_start=lambda c: say(f"building {c} (cold build, minutes)"), optional=optional)
+    missing = missing_components(optional=optional)
+    if missing:
+        raise LocalClusterError(f"cluster binaries missing ({', '.join(missing)}); run without --no-build")
+    return binary_paths()
 
 
 def _top_up_nodes(info: ClusterInfo, st: ClusterStatus, pki: Pki, gpu_nodes: int, cpu_nodes: int,
