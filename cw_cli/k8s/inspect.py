@@ -111,11 +111,37 @@ def gather(calls: dict[str, Callable[[], Any]]) -> dict[str, Any]:
     """
     if len(calls) <= 1:
         return {key: call() for key, call in calls.items()}
-    from concurrent.futures import ThreadPoolExecutor
+    # Plain threads over a shared queue: concurrent.futures would import logging on every
+    # command, a tenth of what `cw status` spends outside the network.
+    import queue
+    import threading
 
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_READS, len(calls))) as pool:
-        futures = {key: pool.submit(call) for key, call in calls.items()}
-        return {key: future.result() for key, future in futures.items()}
+    pending: queue.SimpleQueue[str] = queue.SimpleQueue()
+    for key in calls:
+        pending.put(key)
+    results: dict[str, Any] = {}
+    errors: dict[str, BaseException] = {}
+
+    def work() -> None:
+        while True:
+            try:
+                key = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results[key] = calls[key]()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller's thread
+                errors[key] = exc
+
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(min(MAX_PARALLEL_READS, len(calls)))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    for key in calls:  # the first error in the callers' order, as sequential reads would raise it
+        if key in errors:
+            raise errors[key]
+    return {key: results[key] for key in calls}
 
 
 def _list_kind(kube: Kube, kind: str, selector: str, all_namespaces: bool, whole: bool) -> list[dict[str, Any]]:
