@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from cw_cli.errors import ClusterUnreachable, Conflict, CwError, Interrupted, NotFound, Rejected, WaitTimeout
@@ -61,22 +62,31 @@ def preflight(kube: Kube, plan: Plan) -> None:
         NotFound: The namespace, a named Secret or the checkpoint PVC does not exist.
         Conflict: An object of this run already exists.
     """
-    try:
-        kube.request("GET", f"/api/v1/namespaces/{kube.namespace}", what=f"read namespace {kube.namespace}")
-    except NotFound:
+    from cw_cli.k8s.inspect import gather
+
+    secrets, claims = _secret_and_volume_names(plan)
+    # Every read at once (on a remote cluster each is a round trip); the checks below then
+    # report in the same order as reading one by one would.
+    reads: dict[str, Any] = {"namespace": partial(_namespace_exists, kube)}
+    reads.update({f"Secret/{name}": partial(kube.get, "Secret", name) for name in sorted(secrets)})
+    reads.update({f"PersistentVolumeClaim/{name}": partial(kube.get, "PersistentVolumeClaim", name) for name in sorted(claims)})
+    for manifest in plan.manifests:
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        reads[f"run:{kind}/{name}"] = partial(kube.get, kind, name)
+    found = gather(reads)
+    if not found["namespace"]:
         raise NotFound(
             f"namespace {kube.namespace!r} does not exist",
             hint=f"create it (kubectl create namespace {kube.namespace}) or pick another with -n",
-        ) from None
-    secrets, claims = _secret_and_volume_names(plan)
+        )
     for name in sorted(secrets):
-        if kube.get("Secret", name) is None:
+        if found[f"Secret/{name}"] is None:
             raise NotFound(
                 f"secret {name!r} (named in the config's `secrets`) does not exist in namespace {kube.namespace!r}",
                 hint=f"create it, e.g. kubectl -n {kube.namespace} create secret generic {name} --from-literal=KEY=...",
             )
     for name in sorted(claims):
-        if kube.get("PersistentVolumeClaim", name) is None:
+        if found[f"PersistentVolumeClaim/{name}"] is None:
             raise NotFound(
                 f"PersistentVolumeClaim {name!r} (named in the config's `checkpoint_volume`, `volumes` or "
                 f"`hf_cache_volume`) does not exist in namespace {kube.namespace!r}",
@@ -84,11 +94,19 @@ def preflight(kube: Kube, plan: Plan) -> None:
             )
     for manifest in plan.manifests:
         kind, name = manifest["kind"], manifest["metadata"]["name"]
-        if kube.get(kind, name) is not None:
+        if found[f"run:{kind}/{name}"] is not None:
             raise Conflict(
                 f"run {plan.run_name!r} already exists ({kind} {name} is on the cluster)",
                 hint=f"choose another --name, or remove it first with `cw delete {plan.run_name}`",
             )
+
+
+def _namespace_exists(kube: Kube) -> bool:
+    try:
+        kube.request("GET", f"/api/v1/namespaces/{kube.namespace}", what=f"read namespace {kube.namespace}")
+    except NotFound:
+        return False
+    return True
 
 
 def _in_namespace(manifest: dict[str, Any], namespace: str) -> dict[str, Any]:
