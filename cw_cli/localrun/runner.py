@@ -266,7 +266,8 @@ class LocalRunner:
             removed by :meth:`cleanup` only when the runner created it).
         config_overrides: Top-level keys to set in ``config.yaml`` (e.g. ``use_cpu: true``,
             ``max_steps: 2``); None removes a key.
-        extra_env: Variables set on top of the container's environment.
+        extra_env: Variables set on top of the container's environment (a ``PYTHONPATH`` goes
+            in front of the container's, which cw's pod-side modules need).
         inherit_env: Start from this process's environment (PATH, HOME, ...). Default True.
         cpu_only: Hide GPUs (``CUDA_VISIBLE_DEVICES=""``).
         python: Interpreter that replaces ``python`` in the command.
@@ -337,9 +338,12 @@ class LocalRunner:
         cenv, missing = container_env(container, host_env=os.environ)
         cenv = {k: map_paths(v, mounts) for k, v in cenv.items()}
         env = {**env_base, **cenv, **self.extra_env}
+        # Search paths add up instead of replacing each other: the caller's first, then the
+        # container's (cw's pod-side modules), then this process's.
         host_pythonpath = os.environ.get("PYTHONPATH") if self.inherit_env else None
-        if "PYTHONPATH" in cenv and host_pythonpath and "PYTHONPATH" not in self.extra_env:
-            env["PYTHONPATH"] = cenv["PYTHONPATH"] + os.pathsep + host_pythonpath
+        search = [self.extra_env.get("PYTHONPATH"), cenv.get("PYTHONPATH"), host_pythonpath]
+        if "PYTHONPATH" in cenv:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in search if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
         # Programs a launcher execs by name (`trl`, `accelerate`) come from the same environment
         # as the interpreter, activated or not.

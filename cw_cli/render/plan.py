@@ -521,7 +521,7 @@ def _framework_output(request: RunRequest, context: RunContext) -> _FrameworkOut
     path = request.config.path
     try:
         native, moved = place_outputs(request.config.native, framework.output_keys, context.output_dir)
-        native, referenced, shipped_notes = ship_referenced(native, framework.file_keys, path.parent)
+        native, referenced, shipped_notes = ship_referenced(native, framework.file_keys, path.parent, in_place=request.local)
         prepared = framework.prepare_config(native, context)
         config_text = framework.serialize_config(prepared)
         user_shipped = user_files(path.parent, cluster.files)

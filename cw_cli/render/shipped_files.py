@@ -180,7 +180,7 @@ def _dotted(path: tuple) -> str:
 
 
 def ship_referenced(
-    config: dict[str, Any], patterns: tuple[KeyPattern, ...], base_dir: Path
+    config: dict[str, Any], patterns: tuple[KeyPattern, ...], base_dir: Path, *, in_place: bool = False
 ) -> tuple[dict[str, Any], list[ShippedFile], list[str]]:
     """Ship the local files a native config names and point the config at their mounted copies.
 
@@ -188,6 +188,9 @@ def ship_referenced(
         config: The native config (not modified).
         patterns: Key paths whose values may name local files (``*`` for every list item).
         base_dir: Folder of the config file; relative paths start there.
+        in_place: The trainer runs on this machine (``--local``): nothing is shipped, whatever its
+            size (a local model folder is the usual case), and each path becomes absolute, so a
+            relative one still means the config file's folder wherever the trainer starts.
 
     Returns:
         (the rewritten config, the files to ship, one notice per shipped path).
@@ -208,6 +211,9 @@ def ship_referenced(
                 continue  # not a path (too long, odd characters): leave it to the framework
             if not exists or not (local.is_file() or local.is_dir()):
                 continue  # a device or FIFO is no file to ship; the framework will say what it makes of it
+            if in_place:
+                container[key] = str(local.resolve())
+                continue
             paths, size, complete = _local_tree(local)
             if size > CONFIGMAP_LIMIT or not complete:  # checked before reading: it may be a model of many GB
                 amount = _mib(size) if complete else f"at least {len(paths)} files and {_mib(size)}"

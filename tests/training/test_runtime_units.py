@@ -328,3 +328,17 @@ def test_reward_client_errors(fake_server, monkeypatch):
     monkeypatch.setattr(client.time, "sleep", lambda s: None)
     with pytest.raises(client.RewardServerError, match="after 2 attempts"):
         client.remote_reward(["a"], ["b"])
+
+
+def test_a_callers_pythonpath_goes_in_front_of_the_containers(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/host/site")
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "extra_module.py").write_text("Y = 1\n")
+    script = "import extra_module, helper; print(extra_module.Y + helper.X)"
+    runner = LocalRunner(_manifests(["python", "-c", script]), tmp_path / "ck", workdir=tmp_path / "w",
+                         extra_env={"PYTHONPATH": str(hook)})
+    run = runner.prepare()
+    assert run.env["PYTHONPATH"].split(os.pathsep) == [str(hook), str(run.config_dir), "/host/site"]
+    lines: list[str] = []
+    assert runner.run(lines.append) == 0 and lines == ["42"]  # both the caller's and cw's modules import
