@@ -333,11 +333,9 @@ def run_through_cw(config_path: Path, run_name: str, work: Path, env: dict[str, 
     planned = api.plan(config_path, "trl", "sft", name=run_name, local=True)
     workdir, checkpoints, peaks = work / "run", work / "checkpoints", work / "peaks"
     peaks.mkdir(parents=True, exist_ok=True)
-    # The container's PYTHONPATH (/etc/cw, mapped) is kept behind the hook: extra_env replaces it.
-    probe = LocalRunner(planned.manifests, checkpoints, workdir=workdir, extra_env=env, cpu_only=cpu).prepare()
-    pythonpath = os.pathsep.join(p for p in (str(hook), probe.env.get("PYTHONPATH", "")) if p)
+    # The runner puts the hook's folder in front of the container's PYTHONPATH (/etc/cw, mapped).
     runner = LocalRunner(planned.manifests, checkpoints, workdir=workdir, cpu_only=cpu,
-                         extra_env={**env, "PYTHONPATH": pythonpath, PEAK_DIR_ENV: str(peaks)})
+                         extra_env={**env, "PYTHONPATH": str(hook), PEAK_DIR_ENV: str(peaks)})
     prepared = runner.prepare()
     lines: list[str] = []
     code = runner.run(lines.append)
