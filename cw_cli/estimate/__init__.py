@@ -2,8 +2,8 @@
 
 Everything here is pure and cheap: no torch or transformers import at module level, so the
 launch path can use it without slowing down. The names below load on first use (PEP 562): the
-launch path imports :mod:`cw_cli.estimate.from_config` alone, and loads the memory model only
-when the model's config.json is found.
+launch path imports :mod:`cw_cli.estimate.from_config` (and the small readers it uses), and
+loads the memory model only when the model's config.json is found.
 """
 
 from __future__ import annotations
@@ -13,16 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cw_cli.estimate.fit import RoleVerdict, Suggestion, Verdict, fits, suggestions
-    from cw_cli.estimate.from_config import (
-        GpuChoice,
-        ModelConfigLookup,
-        RunEstimate,
-        RunSetup,
-        estimate_run,
-        find_model_config,
-        resolve_gpu_memory,
-        run_setup,
-    )
+    from cw_cli.estimate.from_config import RunEstimate, estimate_run
+    from cw_cli.estimate.gpu_memory import GpuChoice, resolve_gpu_memory
     from cw_cli.estimate.gpus import (
         GpuMemory,
         gpu_memory_from_node,
@@ -31,6 +23,8 @@ if TYPE_CHECKING:
         parse_memory,
     )
     from cw_cli.estimate.memory import Estimate, TrainerMemory, TrainingSetup, estimate_memory
+    from cw_cli.estimate.model_config import ModelConfigLookup, find_model_config
+    from cw_cli.estimate.native_setup import RunSetup, run_setup
     from cw_cli.estimate.params import (
         ParamCounts,
         UnknownArchitectureError,
@@ -42,8 +36,10 @@ if TYPE_CHECKING:
 #: Public name -> the module that defines it.
 _WHERE = {
     **dict.fromkeys(("RoleVerdict", "Suggestion", "Verdict", "fits", "suggestions"), "fit"),
-    **dict.fromkeys(("GpuChoice", "ModelConfigLookup", "RunEstimate", "RunSetup", "estimate_run",
-                     "find_model_config", "resolve_gpu_memory", "run_setup"), "from_config"),  # fmt: skip
+    **dict.fromkeys(("RunEstimate", "estimate_run"), "from_config"),
+    **dict.fromkeys(("GpuChoice", "resolve_gpu_memory"), "gpu_memory"),
+    **dict.fromkeys(("ModelConfigLookup", "find_model_config"), "model_config"),
+    **dict.fromkeys(("RunSetup", "run_setup"), "native_setup"),
     **dict.fromkeys(("GpuMemory", "gpu_memory_from_node", "gpu_memory_from_nodes", "gpu_memory_from_product",
                      "parse_memory"), "gpus"),  # fmt: skip
     **dict.fromkeys(("Estimate", "TrainerMemory", "TrainingSetup", "estimate_memory"), "memory"),

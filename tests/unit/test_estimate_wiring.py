@@ -23,18 +23,10 @@ from cw_cli.config.loader import deep_merge
 from cw_cli.config.models import CLUSTER_FIELDS, ClusterSpec
 from cw_cli.config.yaml_source import load_config_file
 from cw_cli.errors import ClusterUnreachable, Forbidden
-from cw_cli.estimate import from_config
-from cw_cli.estimate.from_config import (
-    JSON_KEYS,
-    REFUSAL_HEADROOM,
-    ROLE_KEYS,
-    SUGGESTION_KEYS,
-    VERDICT_KEYS,
-    estimate_run,
-    find_model_config,
-    resolve_gpu_memory,
-    run_setup,
-)
+from cw_cli.estimate.from_config import JSON_KEYS, REFUSAL_HEADROOM, ROLE_KEYS, SUGGESTION_KEYS, VERDICT_KEYS, estimate_run
+from cw_cli.estimate.gpu_memory import resolve_gpu_memory
+from cw_cli.estimate.model_config import find_model_config, hf_cache_dirs
+from cw_cli.estimate.native_setup import run_setup
 
 CORPUS = REPO / "tests" / "corpus" / "configs"
 MODELS = REPO / "tests" / "fixtures" / "model_configs"
@@ -269,7 +261,7 @@ def test_hf_home_and_the_snapshot_refs_main_names(tmp_path, monkeypatch):
     old.mkdir()
     (old / "config.json").write_text('{"model_type": "stale"}')
     monkeypatch.setenv("HF_HOME", str(tmp_path / "home-hf"))
-    assert from_config.hf_cache_dirs() == [cache]
+    assert hf_cache_dirs() == [cache]
     assert find_model_config("Qwen/Qwen2.5-3B").source.endswith("snapshots/new/config.json")
     assert find_model_config("Qwen/Qwen2.5-3B", revision="old").config == {"model_type": "stale"}
 

@@ -1,0 +1,161 @@
+"""Sharding and offload from DeepSpeed, Accelerate and FSDP settings, for the memory estimate.
+
+Reads a DeepSpeed config (a dict, or the JSON file a config names), an Accelerate config (a
+profile name, or a YAML/JSON file) and FSDP settings into one :class:`Sharding`. A file that
+is not here (one inside the framework's image) is read from its name where that is possible,
+with a note; nothing here raises for a config it cannot read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cw_cli.estimate.values import as_mapping, truthy
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """What DeepSpeed / FSDP / Accelerate settings say about sharding and offload.
+
+    Attributes:
+        zero_stage: DeepSpeed's ZeRO stage (None without DeepSpeed).
+        fsdp: Whether FSDP shards the model (as a full shard).
+        offload_optimizer: Whether the optimizer states live on the CPU (or NVMe).
+        offload_params: Whether the parameters live on the CPU (or NVMe).
+    """
+
+    zero_stage: int | None = None
+    fsdp: bool = False
+    offload_optimizer: bool = False
+    offload_params: bool = False
+
+
+def _read_structured(path: Path) -> Any:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        return json.loads(text)
+    import yaml  # lazily: only a named file needs it
+
+    return yaml.safe_load(text)
+
+
+def _local_file(value: str, base_dir: Path | None) -> Path | None:
+    path = Path(value).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    return path if path.is_file() else None
+
+
+def _offloaded(section: Any) -> bool:
+    device = as_mapping(section).get("device")
+    return isinstance(device, str) and device.lower() in ("cpu", "nvme")
+
+
+def deepspeed_sharding(value: Any, base_dir: Path | None, notes: list[str],
+                       bundled: Mapping[str, Sharding] | None = None) -> Sharding | None:
+    """ZeRO stage and offload from a DeepSpeed config: a dict, or a JSON file the config names.
+
+    A file that is not here (e.g. one inside the framework's image) is read from its name when
+    ``bundled`` knows it or the name says ``zero<N>`` / ``cpuoffload``, with a note.
+    """
+    data: Any = value if isinstance(value, Mapping) else None
+    if isinstance(value, str):
+        path = _local_file(value, base_dir)
+        if path is not None:
+            try:
+                data = _read_structured(path)
+            except (OSError, ValueError) as exc:
+                notes.append(f"could not read the DeepSpeed config {value} ({exc}); counted without DeepSpeed")
+                return None
+        else:
+            name = Path(value).name
+            guess = (bundled or {}).get(name) or _sharding_from_name(name)
+            if guess is None:
+                notes.append(f"the DeepSpeed config {value} is not here and its name says no ZeRO stage; "
+                             "counted without DeepSpeed")
+                return None
+            notes.append(f"the DeepSpeed config {value} is not here; ZeRO-{guess.zero_stage} read from its name"
+                         + (" (with CPU offload)" if guess.offload_optimizer or guess.offload_params else ""))
+            return guess
+    zero = as_mapping(as_mapping(data).get("zero_optimization"))
+    stage = zero.get("stage", 0)
+    if not isinstance(stage, int) or isinstance(stage, bool):
+        notes.append(f"DeepSpeed `zero_optimization.stage: {stage}` is not a number; counted as stage 0")
+        stage = 0
+    return Sharding(zero_stage=stage, offload_optimizer=_offloaded(zero.get("offload_optimizer")),
+                     offload_params=_offloaded(zero.get("offload_param")))  # fmt: skip
+
+
+def _sharding_from_name(name: str) -> Sharding | None:
+    """``zero3_bf16_cpuoffload_all.json`` -> ZeRO-3, optimizer and parameters offloaded."""
+    lower = name.lower()
+    stage = re.search(r"zero(\d)", lower)
+    if not stage:
+        return None
+    offload = "cpuoffload" in lower
+    return Sharding(zero_stage=int(stage.group(1)), offload_optimizer=offload and "cpuoffload_params" not in lower,
+                     offload_params=offload)
+
+
+def accelerate_sharding(value: Any, base_dir: Path | None, notes: list[str],
+                        profiles: Mapping[str, Any] | None = None) -> Sharding | None:
+    """Sharding from an Accelerate config: a profile name, or a YAML/JSON file the config names."""
+    if not isinstance(value, str) or not value:
+        return None
+    if profiles is not None and value in profiles:
+        kind = profiles[value]
+        if kind == "fsdp":
+            return Sharding(fsdp=True)
+        return Sharding(zero_stage=kind) if isinstance(kind, int) else Sharding()
+    path = _local_file(value, base_dir)
+    if path is None:
+        notes.append(f"the Accelerate config {value} is not here; counted without DeepSpeed or FSDP")
+        return None
+    try:
+        data = as_mapping(_read_structured(path))
+    except (OSError, ValueError) as exc:
+        notes.append(f"could not read the Accelerate config {value} ({exc}); counted without DeepSpeed or FSDP")
+        return None
+    kind = str(data.get("distributed_type", "")).upper()
+    if kind == "DEEPSPEED":
+        ds = as_mapping(data.get("deepspeed_config"))
+        if isinstance(ds.get("deepspeed_config_file"), str):
+            folder = path.parent
+            return deepspeed_sharding(ds["deepspeed_config_file"], folder, notes)
+        stage = ds.get("zero_stage", 2)
+        return Sharding(
+            zero_stage=stage if isinstance(stage, int) and not isinstance(stage, bool) else 2,
+            offload_optimizer=str(ds.get("offload_optimizer_device", "none")).lower() in ("cpu", "nvme"),
+            offload_params=str(ds.get("offload_param_device", "none")).lower() in ("cpu", "nvme"),
+        )
+    if kind == "FSDP":
+        return fsdp_sharding(as_mapping(data.get("fsdp_config")), notes, source=value)
+    return Sharding()
+
+
+def fsdp_sharding(config: Mapping[str, Any], notes: list[str], source: str) -> Sharding | None:
+    """Sharding from FSDP settings: any strategy but ``NO_SHARD`` is counted as a full shard.
+
+    Reads Accelerate's ``fsdp_*`` keys or the plain ones; a note says when a strategy (or FSDP2
+    without ``reshard_after_forward``) is counted as a full shard although it is not one.
+
+    Args:
+        config: The FSDP settings.
+        notes: Gets what was assumed.
+        source: Where the settings come from, for the notes.
+    """
+    strategy = str(config.get("fsdp_sharding_strategy", config.get("sharding_strategy", "FULL_SHARD"))).upper()
+    if strategy in ("NO_SHARD", "3"):
+        return Sharding()
+    if strategy not in ("FULL_SHARD", "1"):
+        notes.append(f"FSDP {strategy.lower()} ({source}) is counted as a full shard")
+    reshard = config.get("fsdp_reshard_after_forward", config.get("reshard_after_forward"))
+    if reshard is False:
+        notes.append(f"FSDP2 without reshard_after_forward ({source}) is counted as a full shard")
+    offload = truthy(config.get("fsdp_offload_params", config.get("offload_params", False)))
+    return Sharding(fsdp=True, offload_optimizer=offload, offload_params=offload)
