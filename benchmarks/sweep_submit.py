@@ -59,10 +59,13 @@ def main() -> None:
         kubeconfig = str(Path(temp) / "kubeconfig")
         lc.up(state_dir=Path(temp) / "state", kubeconfig=kubeconfig, gpu_nodes=2, cpu_nodes=1,
               set_current_context=False, owner_pid=os.getpid())  # fmt: skip
+    made: list[str] = []  # namespaces to delete at the end (on a cluster that outlives the benchmark)
+    session = None
     try:
         namespace = f"bench-{secrets.token_hex(3)}"
         session = api.Session(context=args.context, namespace=namespace, kubeconfig=kubeconfig)
         _namespace(session.kube, namespace)
+        made.append(namespace)
         values = ",".join(str(seed) for seed in range(args.runs))
 
         started = time.perf_counter()
@@ -78,6 +81,7 @@ def main() -> None:
         if args.kubectl:
             other = f"bench-{secrets.token_hex(3)}"
             _namespace(session.kube, other)
+            made.append(other)
             manifests = Path(tempfile.mkdtemp()) / "sweep.yaml"
             manifests.write_text(planned.to_yaml())
             started = time.perf_counter()
@@ -89,6 +93,9 @@ def main() -> None:
     finally:
         if temp is not None:
             lc.down(state_dir=Path(temp) / "state")
+        elif session is not None:
+            for name in made:
+                session.kube.request("DELETE", f"/api/v1/namespaces/{name}")
 
 
 if __name__ == "__main__":
