@@ -48,12 +48,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-DEFAULT_CONFIG = ROOT / "tests" / "fixtures" / "model_configs" / "meta-llama__Llama-3.2-3B.json"
-# A tiny shape of the same family for CPU: small enough for a CI runner.
-TINY = {
-    "hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 2048,
-}
+from estimate_gpu import DEFAULT_CONFIG, TINY  # noqa: E402 - the same shapes as the plain-torch benchmark
+
 REPO_OWNER = "cw-bench"
 PEAK_DIR_ENV = "CW_BENCH_PEAK_DIR"
 LORA_RANK = 16
