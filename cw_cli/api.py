@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -287,16 +288,17 @@ def plan(
 
     loaded, kind = (registry or _registry()).resolve_type(framework, training_type)
     flags = FlagOverrides(gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull or None)
+    host_env = os.environ if local else None  # a local trainer inherits this environment
     if isinstance(config, YamlSource):  # read once (a sweep's runs, the CLI)
         path = config.path
-        run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, source=config)
+        run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, source=config, host_env=host_env)
     elif isinstance(config, Mapping):
         path = (base_dir or Path.cwd()) / DICT_CONFIG_NAME
         source = YamlSource(path=path, data=dict(config))
-        run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, source=source)
+        run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, source=source, host_env=host_env)
     else:
         path = Path(config)
-        run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags)
+        run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, host_env=host_env)
     if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
         raise ConfigError([f"--timeout {timeout:g}: expected a positive number of seconds"], hint="e.g. --timeout 3600")
     # `--name ""` is a mistake to report, not a request for a generated name.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from difflib import get_close_matches
 from pathlib import Path
@@ -116,6 +117,7 @@ def load_run_config(
     sets: list[str] | None = None,
     flags: FlagOverrides | None = None,
     source: YamlSource | None = None,
+    host_env: Mapping[str, str] | None = None,
 ) -> RunConfig:
     """Read, merge and validate a run's config.
 
@@ -127,6 +129,8 @@ def load_run_config(
         flags: Command-line flags, applied last.
         source: The config already parsed (e.g. a mapping given to :mod:`cw_cli.api`); ``path``
             then only names it and anchors its relative paths.
+        host_env: The environment the trainer inherits when it runs on this machine
+            (``--local``): a variable a setting needs may come from there instead of ``secrets``.
 
     Returns:
         The validated config.
@@ -178,7 +182,8 @@ def load_run_config(
         issues.extend(_format_validation_error(exc, source, origins))
 
     if cluster is not None:
-        issues += [f"{_origin((key,), source, origins)}: {problem}" for key, problem in _environment_conflicts(cluster, framework, native)]
+        conflicts = _environment_conflicts(cluster, framework, native, host_env)
+        issues += [f"{_origin((key,), source, origins)}: {problem}" for key, problem in conflicts]
     for problem in framework.validate_config(native, training_type):
         # Messages name their field in backticks; point at that key's line when the file has it.
         named = re.search(r"`([A-Za-z_][\w.]*)", problem)
@@ -243,20 +248,26 @@ _RESERVED_ENV = {
 }
 
 
-def _environment_conflicts(cluster: ClusterSpec, framework: NativeConfigRules, native: dict[str, Any]) -> list[tuple[str, str]]:
-    """(cw field, problem) for environment settings that cannot work in the pods."""
+def _environment_conflicts(
+    cluster: ClusterSpec, framework: NativeConfigRules, native: dict[str, Any], host_env: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """(cw field, problem) for environment settings that cannot work in the pods (or, with
+    ``host_env``, in the local process that inherits that environment)."""
     problems = []
     for variable, why in _RESERVED_ENV.items():
         if variable in cluster.env:
             problems.append(("env", f"`env.{variable}`: {why}"))
     if cluster.hf_cache_volume and "HF_HOME" in cluster.env:
         problems.append(("env", "`env.HF_HOME` and `hf_cache_volume` both set the Hugging Face cache; keep one"))
-    available = set(cluster.secrets) | set(cluster.env)
+    available = set(cluster.secrets) | set(cluster.env) | {name for name, value in (host_env or {}).items() if value}
     for variable, setting in framework.secrets_needed(native).items():
-        if variable not in available and not (variable == "HF_TOKEN" and "HUGGING_FACE_HUB_TOKEN" in available):
-            problems.append((
-                "secrets",
-                f"`{setting}` needs {variable} in the pods, and `secrets` has none; add "
-                f"`secrets: {{{variable}: <Secret name>}}`, or drop the setting",
-            ))
+        if variable in available or (variable == "HF_TOKEN" and "HUGGING_FACE_HUB_TOKEN" in available):
+            continue
+        if host_env is not None:
+            problem = (f"`{setting}` needs {variable}, and neither your environment nor `secrets` has it; "
+                       f"export {variable} before `--local`, or drop the setting")  # fmt: skip
+        else:
+            problem = (f"`{setting}` needs {variable} in the pods, and `secrets` has none; add "
+                       f"`secrets: {{{variable}: <Secret name>}}`, or drop the setting")  # fmt: skip
+        problems.append(("secrets", problem))
     return problems

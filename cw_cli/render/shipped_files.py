@@ -216,7 +216,8 @@ def ship_referenced(
                 continue
             paths, size, complete = _local_tree(local)
             if size > CONFIGMAP_LIMIT or not complete:  # checked before reading: it may be a model of many GB
-                amount = _mib(size) if complete else f"at least {len(paths)} files and {_mib(size)}"
+                count = f"{len(paths)} file{'' if len(paths) == 1 else 's'}"
+                amount = _mib(size) if complete else f"at least {count} and {_mib(size)}"
                 raise ValueError(
                     f"`{_dotted(path)}: {value}` is {amount}, too large to ship with the run (a ConfigMap holds "
                     f"1 MiB); {_volume_hint(f'set `{_dotted(path)}` to')}"

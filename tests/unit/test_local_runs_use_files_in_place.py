@@ -60,3 +60,33 @@ def test_a_cluster_run_still_ships_the_small_dataset(tmp_path):
     config = _trainer_config(api.plan(path, "trl", "sft", name="there"))
     assert config["model_name_or_path"] == "Qwen/Qwen2.5-0.5B"
     assert config["dataset_name"].startswith("/etc/cw/")
+
+
+# open-r1's OpenR1-Distill-7B recipe, as published: push_to_hub and report_to wandb.
+OPEN_R1 = Path(__file__).resolve().parents[1] / "corpus" / "configs" / "openr1-sft-openr1-distill-7b.yaml"
+
+
+def test_a_local_run_takes_the_tokens_a_public_recipe_needs_from_your_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_x")
+    monkeypatch.setenv("WANDB_API_KEY", "w")
+    planned = api.plan(OPEN_R1, "trl", "sft", name="here", local=True, set=["checkpoint_volume=none"])
+    assert _trainer_config(planned)["push_to_hub"] is True
+
+
+def test_a_local_run_without_the_tokens_says_to_export_them(monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "")  # set but empty counts as missing
+    with pytest.raises(ConfigError) as refused:
+        api.plan(OPEN_R1, "trl", "sft", name="here", local=True, set=["checkpoint_volume=none"])
+    problems = "\n".join(refused.value.issues)
+    assert "needs HF_TOKEN, and neither your environment nor `secrets` has it; export HF_TOKEN" in problems
+    assert "export WANDB_API_KEY" in problems
+
+
+def test_a_cluster_run_of_the_same_recipe_still_needs_secrets_whatever_your_environment(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_x")
+    monkeypatch.setenv("WANDB_API_KEY", "w")
+    with pytest.raises(ConfigError) as refused:
+        api.plan(OPEN_R1, "trl", "sft", name="there", set=["checkpoint_volume=none"])
+    assert "needs HF_TOKEN in the pods, and `secrets` has none" in "\n".join(refused.value.issues)
