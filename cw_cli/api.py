@@ -265,7 +265,8 @@ def plan(
         ttl: The servers' lifetime with ``services``, e.g. ``"6h"``.
         timeout: Seconds the trainer waits for its servers (``--timeout``).
         resume: Continue the run folder's checkpoints under a changed config (``--resume``).
-        local: Plan for a local trainer process (``--local``).
+        local: Plan for a local trainer process (``--local``): the files the config names are
+            used in place, and the variables a setting needs may come from this environment.
         registry: Frameworks to pick from (default: built-in and plugins).
         connect: Gives the connection (called once the config is valid, so a bad config is
             reported before any network): the plan asks the cluster what it serves (JobSet) and
