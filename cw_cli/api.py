@@ -713,9 +713,12 @@ class Session:
             for run in planned.runs:  # every run before any is created; one node list for all
                 self.check_memory(run, gpu_memory=gpu_memory, force=force, progress=once)
 
+        from cw_cli.k8s.inspect import sequential_reads
+
         def create(index: int, run: PlannedRun) -> tuple[Run, bool]:
             try:
-                made = self.submit(run)
+                with sequential_reads():  # the runs already go in parallel
+                    made = self.submit(run)
             except Conflict:
                 if not resume:
                     raise

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
@@ -103,18 +105,34 @@ WHOLE_KINDS = ("JobSet", "Job", "Deployment")
 MAX_PARALLEL_READS = 16
 
 
+_in_parallel_section = threading.local()
+
+
+@contextmanager
+def sequential_reads() -> Iterator[None]:
+    """Within this block, :func:`gather` on this thread reads one by one: for callers that
+    already run many such commands at once (a sweep's launches), where fanning out again only
+    opens more connections."""
+    before = getattr(_in_parallel_section, "active", False)
+    _in_parallel_section.active = True
+    try:
+        yield
+    finally:
+        _in_parallel_section.active = before
+
+
 def gather(calls: dict[str, Callable[[], Any]]) -> dict[str, Any]:
     """Run independent API reads at once on the connection's pool, as ``{key: result}``.
 
     The reads of one command do not depend on each other, so their latencies overlap instead of
-    adding up; the first error raised by any of them is raised here.
+    adding up; the first error raised by any of them is raised here. Inside
+    :func:`sequential_reads` they run in order.
     """
-    if len(calls) <= 1:
+    if len(calls) <= 1 or getattr(_in_parallel_section, "active", False):
         return {key: call() for key, call in calls.items()}
     # Plain threads over a shared queue: concurrent.futures would import logging on every
     # command, a tenth of what `cw status` spends outside the network.
     import queue
-    import threading
 
     pending: queue.SimpleQueue[str] = queue.SimpleQueue()
     for key in calls:
@@ -129,7 +147,8 @@ def gather(calls: dict[str, Callable[[], Any]]) -> dict[str, Any]:
             except queue.Empty:
                 return
             try:
-                results[key] = calls[key]()
+                with sequential_reads():  # a read that gathers again stays on this thread
+                    results[key] = calls[key]()
             except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller's thread
                 errors[key] = exc
 

@@ -60,3 +60,22 @@ def test_the_first_error_in_order_is_raised_after_all_reads_ended():
 
 def test_one_call_runs_in_the_callers_thread():
     assert inspect.gather({"only": threading.get_ident}) == {"only": threading.get_ident()}
+
+
+def test_inside_sequential_reads_everything_runs_in_the_callers_thread():
+    me = threading.get_ident()
+    with inspect.sequential_reads():
+        threads = inspect.gather({str(i): threading.get_ident for i in range(5)})
+    assert set(threads.values()) == {me}
+    again = inspect.gather({str(i): threading.get_ident for i in range(5)})  # the block has ended
+    assert me not in again.values()
+
+
+def test_a_read_that_gathers_again_does_not_fan_out_a_second_time():
+    def outer() -> set[int]:
+        mine = threading.get_ident()
+        inner = inspect.gather({str(i): threading.get_ident for i in range(4)})
+        return set(inner.values()) | {mine}
+
+    results = inspect.gather({"a": outer, "b": outer})
+    assert all(len(threads) == 1 for threads in results.values())  # each inner gather stayed on its worker
