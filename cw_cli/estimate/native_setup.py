@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -200,10 +200,7 @@ def _trl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec, ba
         double_quant=truthy(native.get("use_bnb_nested_quant")),
         mixed_precision="bf16" if bf16 else "fp16" if fp16 else "no",
         optimizer=str(native.get("optim") or "adamw_torch_fused"),
-        zero_stage=sharding.zero_stage,
-        fsdp=sharding.fsdp,
-        offload_optimizer=sharding.offload_optimizer,
-        offload_params=sharding.offload_params,
+        **asdict(sharding),  # its fields are TrainingSetup's, by name
         gpus_per_node=gpus,
         nodes=nodes,
         micro_batch=micro,
@@ -325,10 +322,7 @@ def _axolotl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec
         double_quant=True,
         mixed_precision="bf16" if bf16_on else "fp16" if fp16_on else "no",
         optimizer=str(native.get("optimizer") or "adamw_torch_fused"),
-        zero_stage=sharding.zero_stage,
-        fsdp=sharding.fsdp,
-        offload_optimizer=sharding.offload_optimizer,
-        offload_params=sharding.offload_params,
+        **asdict(sharding),  # its fields are TrainingSetup's, by name
         gpus_per_node=gpus,
         nodes=nodes,
         micro_batch=as_count(native.get("micro_batch_size"), 1),
