@@ -91,20 +91,24 @@ class Explanation:
 
 # --- logs ---------------------------------------------------------------------------------
 
-_CUDA_OOM = re.compile(r"CUDA out of memory|torch\.(cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED")
-_CUDA_OOM_SIZE = re.compile(r"Tried to allocate ([\d.]+ [KMGT]?i?B)")
-_NCCL_TIMEOUT = re.compile(
+# Patterns as text, compiled on first use (``re`` caches them): most commands read no failed
+# container's log, and compiling them all at import is a tenth of what `cw status` spends outside
+# the network.
+
+_CUDA_OOM = r"CUDA out of memory|torch\.(cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED"
+_CUDA_OOM_SIZE = r"Tried to allocate ([\d.]+ [KMGT]?i?B)"
+_NCCL_TIMEOUT = (
     r"Watchdog caught collective operation timeout|NCCL operations have failed or timed out|NCCL operation timed out"
 )
-_NCCL_COLLECTIVE = re.compile(r"OpType=(\w+).*?ran for (\d+) milliseconds")
-_HF_GATED = re.compile(r"GatedRepoError|Cannot access gated repo|You are trying to access a gated repo")
-_HF_401 = re.compile(
+_NCCL_COLLECTIVE = r"OpType=(\w+).*?ran for (\d+) milliseconds"
+_HF_GATED = r"GatedRepoError|Cannot access gated repo|You are trying to access a gated repo"
+_HF_401 = (
     r"\b401 Client Error|Client error '401 Unauthorized'|Invalid credentials in Authorization header"
     r"|Invalid user token|Repository Not Found for url|RepositoryNotFoundError"
 )
-_HF_403 = re.compile(r"\b403 Client Error|\b403 Forbidden: |Client error '403 Forbidden'|Make sure your token has the correct permissions")
-_HF_STATUS = re.compile(r"\b(40[134]) Client Error|Client error '(40[134])|\b(403) Forbidden: ")
-_HF_URL = re.compile(r"https://huggingface\.co/(?:api/)?(?:models/|datasets/)?(?!docs/|api/)([\w.-]+/[\w-]+(?:\.[\w-]+)*?)(?=[/\s.]*(?:$|\s|/))")
+_HF_403 = r"\b403 Client Error|\b403 Forbidden: |Client error '403 Forbidden'|Make sure your token has the correct permissions"
+_HF_STATUS = r"\b(40[134]) Client Error|Client error '(40[134])|\b(403) Forbidden: "
+_HF_URL = r"https://huggingface\.co/(?:api/)?(?:models/|datasets/)?(?!docs/|api/)([\w.-]+/[\w-]+(?:\.[\w-]+)*?)(?=[/\s.]*(?:$|\s|/))"
 
 
 def _clip(line: str) -> str:
@@ -124,9 +128,10 @@ def _around(lines: list[str], index: int, count: int = SHOWN_LINES) -> list[str]
     return [_clip(line) for line in lines[start : index + 2] if line.strip()][-count:]
 
 
-def _last_match(lines: list[str], pattern: re.Pattern[str]) -> int | None:
+def _last_match(lines: list[str], pattern: str) -> int | None:
+    search = re.compile(pattern).search
     for index in range(len(lines) - 1, -1, -1):
-        if pattern.search(lines[index]):
+        if search(lines[index]):
             return index
     return None
 
@@ -136,7 +141,7 @@ def explain_log(log: list[str], pod: str | None = None, container: str | None = 
     lines = list(log)
     index = _last_match(lines, _CUDA_OOM)
     if index is not None:
-        size = next((m.group(1) for m in map(_CUDA_OOM_SIZE.search, lines[: index + 1][::-1]) if m), None)
+        size = next((m.group(1) for m in map(re.compile(_CUDA_OOM_SIZE).search, lines[: index + 1][::-1]) if m), None)
         wanted = f" (it tried to allocate {size} more)" if size else ""
         return Explanation(
             "cuda-oom",
@@ -154,7 +159,7 @@ def explain_log(log: list[str], pod: str | None = None, container: str | None = 
     if hf:
         index, kind = max(hf, key=lambda item: (item[1] == "gated", item[0]))
         text = "\n".join(lines[max(0, index - 5) : index + 3])
-        repo = next(iter(_HF_URL.findall(text)), None)
+        repo = next(iter(re.findall(_HF_URL, text)), None)
         what = f" for {repo}" if repo else ""
         if kind == "403" and "huggingface" not in text:
             hf = []  # a 403 from some other service: not the Hub's
@@ -166,7 +171,7 @@ def explain_log(log: list[str], pod: str | None = None, container: str | None = 
                 "and `secrets: {HF_TOKEN: hf-token}` in the config"
             )
         else:
-            status = next((next(g for g in m.groups() if g) for m in map(_HF_STATUS.search, text.splitlines()) if m), kind)
+            status = next((next(g for g in m.groups() if g) for m in map(re.compile(_HF_STATUS).search, text.splitlines()) if m), kind)
             summary = "HF repo not found" if status == "404" else f"HF token {status}"
             message = (
                 f"the Hugging Face Hub answered {status}{what}: "
@@ -185,7 +190,7 @@ def explain_log(log: list[str], pod: str | None = None, container: str | None = 
             return Explanation("hf-auth", summary, message, fix, pod, container, _around(lines, index))
     index = _last_match(lines, _NCCL_TIMEOUT)
     if index is not None:
-        match = next((m for m in map(_NCCL_COLLECTIVE.search, lines[max(0, index - 3) : index + 3]) if m), None)
+        match = next((m for m in map(re.compile(_NCCL_COLLECTIVE).search, lines[max(0, index - 3) : index + 3]) if m), None)
         what = f" ({match.group(1)} ran {int(match.group(2)) / 1000:g} s)" if match else ""
         return Explanation(
             "nccl-timeout",

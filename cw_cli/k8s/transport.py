@@ -72,18 +72,37 @@ def _no_password() -> bytes:
     raise ValueError("the client key is encrypted")
 
 
+def _ascii_host(host: str) -> str | bytes:
+    """An ASCII host name as bytes, which ``socket`` and ``ssl`` take as they are.
+
+    Given text they run it through the IDNA codec, whose import (with ``stringprep`` and
+    ``unicodedata``) costs about as much as the API request of a `cw status`. A non-ASCII
+    name still goes through IDNA.
+    """
+    return host.encode("ascii") if host.isascii() else host
+
+
+def _create_connection(address: tuple[str, int], *args: Any, **kwargs: Any) -> Any:
+    import socket
+
+    # getaddrinfo takes bytes too, though the stubs say str
+    return socket.create_connection((_ascii_host(address[0]), address[1]), *args, **kwargs)  # type: ignore[arg-type]
+
+
 class _Connection(http.client.HTTPConnection):
     """One TCP (and TLS) connection; the connect timeout covers the TLS handshake too."""
 
     def __init__(self, host: str, port: int, timeout: float, tls: ssl.SSLContext | None, server_hostname: str) -> None:
         super().__init__(host, port, timeout=timeout)
+        self._create_connection = _create_connection
         self._tls = tls
         self._server_hostname = server_hostname
 
     def connect(self) -> None:
         super().connect()  # TCP, and the proxy's CONNECT tunnel when set_tunnel was called
         if self._tls is not None:
-            self.sock = self._tls.wrap_socket(self.sock, server_hostname=self._server_hostname)
+            hostname = _ascii_host(self._server_hostname)
+            self.sock = self._tls.wrap_socket(self.sock, server_hostname=hostname)
 
 
 class Response:

@@ -303,6 +303,25 @@ def test_a_wrong_ca_or_server_name_is_cluster_unreachable(admin_credentials, sa_
         assert whoami(connect_to(write_kubeconfig(tmp_path / name, admin_credentials, user, **cluster), namespace)) == sa_name(namespace)
 
 
+def test_an_ascii_server_name_reaches_the_api_server_without_the_idna_codec(admin_credentials, sa_token, namespace, tmp_path):
+    """socket and ssl run text host names through the IDNA codec, whose import costs about what a
+    whole `cw status` request does; an ASCII name is passed as bytes, by IP and by DNS name alike."""
+    import subprocess
+
+    port = admin_credentials.server.rsplit(":", 1)[1]
+    for name, server in [("ip", f"https://127.0.0.1:{port}"), ("dns", f"https://localhost:{port}")]:
+        path = write_kubeconfig(tmp_path / name, admin_credentials, {"token": sa_token}, server=server,
+                                **({"tls-server-name": "kubernetes.default"} if name == "dns" else {}))  # fmt: skip
+        probe = (
+            "import sys; from cw_cli.k8s.connection import ClusterTarget, connect; "
+            f"kube = connect(ClusterTarget(namespace={namespace!r}, kubeconfig={str(path)!r})); "
+            "kube.list('ConfigMap'); print(sorted(m for m in sys.modules if 'idna' in m))"
+        )
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "[]", f"{name}: {done.stdout}"
+
+
 def test_an_auth_provider_falls_back_to_the_official_client_and_works(admin_credentials, sa_token, namespace, tmp_path, monkeypatch):
     fallbacks = []
     monkeypatch.setattr(connection, "_connect_with_official_client", lambda target: fallbacks.append(target) or OFFICIAL_FALLBACK(target))
