@@ -126,9 +126,10 @@ def main() -> None:
             time.sleep(0.1)
         rows.append(paired("cw --help | torchx --help", lambda i: [*cw, "--help"],
                            (lambda i: [torchx, "--help"]) if torchx else None, args.runs, env))  # fmt: skip
+        torchx_dry_run: Command | None = (lambda i: [torchx, "run", "-s", "kubernetes", "-cfg", "queue=default", "--dryrun",
+                                                     "--workspace", "", "utils.echo", "--msg", "hi"]) if torchx else None  # fmt: skip
         rows.append(paired("dry run | torchx --dryrun", lambda i: [*cw, "trl", "sft", str(config), "--dry-run", "--name", "d"],
-                           (lambda i: [torchx, "run", "-s", "kubernetes", "-cfg", "queue=default", "--dryrun", "--workspace", "",
-                                       "utils.echo", "--msg", "hi"]) if torchx else None, args.runs, env))  # fmt: skip
+                           torchx_dry_run, args.runs, env))  # fmt: skip
 
         manifests = []
         for i in range(args.runs):
@@ -140,7 +141,7 @@ def main() -> None:
                            lambda i: [*kubectl, "apply", "-f", str(manifests[i])], args.runs, env, warm_up=False))  # fmt: skip
 
         def watch_rows(background: int) -> None:
-            where = f"{background + 2 * args.runs} runs in ns"
+            where = f"{background + 3 * args.runs} runs in ns"
             rows.append(paired(f"cw status | kubectl get job,pods ({where})", lambda i: [*cw, "status", "s0", *scope],
                                lambda i: [*kubectl, "get", "job,pods", "-l", "cw-cli.dev/run=s0"], args.runs, env))  # fmt: skip
             rows.append(paired(f"cw logs | kubectl logs ({where})", lambda i: [*cw, "logs", "s0", *scope],
@@ -148,6 +149,23 @@ def main() -> None:
             rows.append(paired(f"cw list | kubectl get jobs ({where})", lambda i: [*cw, "list", *scope],
                                lambda i: [*kubectl, "get", "jobs", "-l", "app.kubernetes.io/managed-by=cw"], args.runs, env))  # fmt: skip
 
+        # What the libraries alone cost: a Python that only imports what each command needs, timed
+        # against the same peer. cw's own code can close the gap down to this ratio, not below it.
+        fresh = []
+        for i in range(args.runs):
+            path = folder / f"f{i}.yaml"
+            path.write_text(api.plan(CONFIG, "trl", "sft", name=f"f{i}", namespace=namespace).to_yaml())
+            fresh.append(path)
+        floors: list[tuple[str, str, Command | None]] = [
+            ("floor of a dry run | torchx --dryrun", "click, yaml, jinja2, pydantic.main", torchx_dry_run),
+            ("floor of a submit | kubectl apply -f", "click, yaml, jinja2, pydantic.main, http.client, ssl",
+             lambda i: [*kubectl, "apply", "-f", str(fresh[i])]),
+            ("floor of status | kubectl get job,pods", "click, yaml, http.client, ssl",
+             lambda i: [*kubectl, "get", "job,pods", "-l", "cw-cli.dev/run=s0"]),
+        ]  # fmt: skip
+        for label, modules, peer in floors:
+            importing: Command = lambda i, m=modules: [sys.executable, "-c", f"import {m}"]  # noqa: E731
+            rows.append(paired(label, importing, peer, args.runs, env, warm_up="submit" not in label))
         watch_rows(0)
         if args.background:
             values = ",".join(str(seed) for seed in range(args.background))
