@@ -1,3 +1,3 @@
-from cw_cli.cli.app import main
+from cw_cli.cli.app import console_main
 
-main()
+console_main()

@@ -174,9 +174,20 @@ def build_app(registry: FrameworkRegistry | None = None) -> CwGroup:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Run `cw` with the process's arguments; ends with :class:`SystemExit`, like click."""
     app = build_app()
     try:
         app.main(prog_name="cw")
     finally:
         app.cleanup()
+
+
+def console_main() -> None:
+    """The `cw` executable: :func:`main`, then an exit that skips the interpreter's teardown."""
+    from cw_cli.cli.hard_exit import exit_now
+
+    try:
+        main()
+    except SystemExit as stop:
+        exit_now(stop.code)
+    exit_now(0)

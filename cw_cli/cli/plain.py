@@ -27,3 +27,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def echo(text: str = "", *, err: bool = False, **style: object) -> None:
     """Print one line to stdout (or stderr), styled like :func:`click.style` (``fg``, ``bold``)."""
     click.echo(click.style(text, **style) if style else text, err=err)  # type: ignore[arg-type]
+
+
+def say(text: str, **style: object) -> None:
+    """Print one line of progress to stderr, styled like :func:`click.style` (``fg``, ``bold``).
+
+    Launch output uses it rather than rich: importing and setting up a rich console was a tenth of
+    a submit. Nothing in ``text`` is read as markup, so a user's value prints as it is.
+    """
+    echo(text, err=True, **style)

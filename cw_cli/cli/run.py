@@ -12,7 +12,7 @@ import click
 
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import context_option, namespace_option
-from cw_cli.cli.output import err
+from cw_cli.cli.plain import say
 from cw_cli.frameworks.registry import FrameworkRegistry
 
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a command needs the cluster
@@ -200,8 +200,6 @@ def _sweep(
     resume_sweep: bool,
     memory: MemoryCheck,
 ) -> None:
-    from rich.markup import escape
-
     from cw_cli import api
     from cw_cli.errors import RunFailed
 
@@ -215,27 +213,26 @@ def _sweep(
         _print_estimate(planned.runs, memory.gpu_memory)
         return
     assert session is not None
-    console = err()
-    console.print(f"sweep [bold]{planned.name}[/]: {len(planned.runs)} runs in namespace {session.namespace} ({session.kube.host})")
+    say(f"sweep {click.style(planned.name, bold=True)}: {len(planned.runs)} runs in namespace {session.namespace} ({session.kube.host})")
     with _termination_as_interrupt():
         runs = session.submit_sweep(
-            planned, resume=resume_sweep, progress=lambda line: console.print(f"  {escape(line)}"),
+            planned, resume=resume_sweep, progress=lambda line: say(f"  {line}"),
             check_memory=True, force=memory.force, gpu_memory=memory.gpu_memory,
         )  # fmt: skip
-    console.print(f"next: cw list --sweep {planned.name}   cw delete --sweep {planned.name}")
+    say(f"next: cw list --sweep {planned.name}   cw delete --sweep {planned.name}")
     if not wait:
         return
     failed = []
     for run in runs:
         try:
             run.wait(timeout)
-            console.print(f"  {run.name}: [green]succeeded[/]")
+            say(f"  {run.name}: {click.style('succeeded', fg='green')}")
         except RunFailed as exc:
             failed.append(run.name)
-            console.print(f"  {run.name}: [red]{escape(exc.message)}[/]")
+            say(f"  {run.name}: {click.style(exc.message, fg='red')}")
     if failed:
         raise RunFailed(f"{len(failed)} of {len(runs)} runs of sweep {planned.name} failed: {', '.join(failed)}")
-    console.print(f"[green]all {len(runs)} runs of sweep {planned.name} succeeded[/]")
+    say(f"all {len(runs)} runs of sweep {planned.name} succeeded", fg="green")
 
 
 def _print_notices(notices: list[str]) -> None:
@@ -271,21 +268,18 @@ def _apply(
     services_only: bool,
     memory: MemoryCheck,
 ) -> None:
-    from rich.markup import escape
-
     from cw_cli.errors import Interrupted
 
-    console = err()
     plan = planned.plan
 
     def progress(line: str) -> None:
-        console.print(f"  {escape(line)}")
+        say(f"  {line}")
 
     # Before anything is said about the launch: a run that cannot fit is refused here, creating nothing.
     verdict: list[str] = []
     session.check_memory(planned, gpu_memory=memory.gpu_memory, force=memory.force, dry_run=server_dry_run,
                          progress=verdict.append, command=memory.command)  # fmt: skip
-    console.print(f"run [bold]{plan.run_name}[/] in namespace {session.namespace} ({session.kube.host})")
+    say(f"run {click.style(plan.run_name, bold=True)} in namespace {session.namespace} ({session.kube.host})")
     for line in verdict:
         progress(line)
     with _termination_as_interrupt():
@@ -293,21 +287,21 @@ def _apply(
         result = run.launch
         assert result is not None
         if result.dry_run:
-            console.print(f"[green]the API server accepted all {len(result.created)} objects; nothing was created[/]")
+            say(f"the API server accepted all {len(result.created)} objects; nothing was created", fg="green")
             return
         # From here on the run is whole and needs no cw: an interrupt stops only the watching.
         try:
             if plan.trainer_job and not result.released:
-                console.print(f"the {plan.owner_kind} waits for Kueue to admit it")
-            console.print(f"next: cw status {plan.run_name}   cw logs {plan.run_name} -f   cw delete {plan.run_name}")
+                say(f"the {plan.owner_kind} waits for Kueue to admit it")
+            say(f"next: cw status {plan.run_name}   cw logs {plan.run_name} -f   cw delete {plan.run_name}")
             if not wait:
                 return
             if services_only:
                 run.wait_for_servers(timeout, progress)
-                console.print("[green]services are Ready[/]")
+                say("services are Ready", fg="green")
             elif plan.trainer_job:
                 run.wait(timeout, progress)
-                console.print(f"[green]run {plan.run_name} succeeded[/]")
+                say(f"run {plan.run_name} succeeded", fg="green")
         except KeyboardInterrupt:
             # The run is launched and complete: stopping the watch must not stop the run.
             raise Interrupted(

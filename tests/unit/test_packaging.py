@@ -32,4 +32,4 @@ def test_wheel_contains_every_template_and_runtime_file(tmp_path):
     missing = sorted(expected - names)
     assert not missing, f"missing from the wheel: {missing}"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "cw = cw_cli.cli.app:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "cw = cw_cli.cli.app:console_main" in zipfile.ZipFile(wheel).read(entry_points).decode()
