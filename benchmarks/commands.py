@@ -17,6 +17,11 @@ gives medians and the ratio cw / peer. Without --kubeconfig it uses the current 
   (status, logs and list with --background runs in the namespace: flat means it does not matter)
   a 100-run sweep (one cw)     vs  one kubectl apply -f of the same manifests
 
+cw runs as a user installs it, from its own virtual environment (`--cw-venv`, default
+~/.cache/cw/venvs/cw-bench, refreshed from this tree on every run), as torchx runs from its own:
+a development environment with torch and 130 packages makes pydantic's plugin scan slower.
+`--in-place` times the cw of the interpreter running this script instead.
+
 kubectl: build it from the same Kubernetes modules as the local cluster, e.g.
 `cd tools/k8s && go build -o ~/.cache/cw/bin/kubectl k8s.io/kubernetes/cmd/kubectl`.
 torchx: `python -m venv ~/.cache/cw/venvs/torchx && ~/.cache/cw/venvs/torchx/bin/pip install torchx kubernetes`.
@@ -83,6 +88,17 @@ def _settle(session, runs: int, limit_s: float = 300) -> None:
         time.sleep(2)
 
 
+def _installed(venv: Path) -> str:
+    """The python of ``venv`` with cw installed from this tree (not editable), as a user has it."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", str(ROOT)], check=True)
+    else:  # cw itself, fresh from the tree; its dependencies came with the venv
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(ROOT)], check=True)
+    return str(python)
+
+
 def _row(label: str, mine: float, theirs: float | None) -> str:
     ratio = f"{mine / theirs:5.2f}" if theirs else "    -"
     peer = f"{theirs * 1000:7.0f}" if theirs else "      -"
@@ -97,18 +113,22 @@ def main() -> None:
     parser.add_argument("--background", type=int, default=1000, help="runs in the namespace for status/logs/list")
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or str(Path.home() / ".kube/config"))
     parser.add_argument("--context", default="cw-local")
+    parser.add_argument("--cw-venv", default=str(Path.home() / ".cache/cw/venvs/cw-bench"), help="cw's own venv (made if missing)")
+    parser.add_argument("--in-place", action="store_true", help="time the cw of this interpreter instead")
     args = parser.parse_args()
 
     from cw_cli import api
 
-    cw = [str(Path(sys.executable).with_name("cw"))] if Path(sys.executable).with_name("cw").exists() else [sys.executable, "-m", "cw_cli"]
+    python = sys.executable if args.in_place else _installed(Path(args.cw_venv))
+    cw = [str(Path(python).with_name("cw"))]
     torchx = args.torchx if shutil.which(args.torchx) else None
     namespace = f"bench-{secrets.token_hex(3)}"
     # Both sides run as installed: with their bytecode cached. (An editable install has no .pyc until
     # the first run writes one, and PYTHONDONTWRITEBYTECODE would make every run compile cw again.)
     env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
     env["KUBECONFIG"] = args.kubeconfig
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "cw_cli")], check=True, capture_output=True)
+    if args.in_place:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "cw_cli")], check=True, capture_output=True)
     kubectl = [args.kubectl, "--context", args.context, "-n", namespace]
     scope = ["--context", args.context, "-n", namespace]
     session = api.Session(context=args.context, namespace=namespace, kubeconfig=args.kubeconfig)
@@ -156,15 +176,18 @@ def main() -> None:
             path = folder / f"f{i}.yaml"
             path.write_text(api.plan(CONFIG, "trl", "sft", name=f"f{i}", namespace=namespace).to_yaml())
             fresh.append(path)
+        # Validating with pydantic means building a model: one with one field is the least of it.
+        model = "import pydantic\nclass M(pydantic.BaseModel):\n    x: int = 0\n"
         floors: list[tuple[str, str, Command | None]] = [
-            ("floor of a dry run | torchx --dryrun", "click, yaml, jinja2, pydantic.main", torchx_dry_run),
-            ("floor of a submit | kubectl apply -f", "click, yaml, jinja2, pydantic.main, http.client, ssl",
+            ("floor of a dry run | torchx --dryrun", "import click, yaml, jinja2\n" + model, torchx_dry_run),
+            ("floor of a submit | kubectl apply -f", "import click, yaml, jinja2, http.client, ssl\n" + model,
              lambda i: [*kubectl, "apply", "-f", str(fresh[i])]),
-            ("floor of status | kubectl get job,pods", "click, yaml, http.client, ssl",
+            ("floor of status | kubectl get job,pods", "import click, yaml, http.client, ssl\n",
              lambda i: [*kubectl, "get", "job,pods", "-l", "cw-cli.dev/run=s0"]),
         ]  # fmt: skip
-        for label, modules, peer in floors:
-            importing: Command = lambda i, m=modules: [sys.executable, "-c", f"import {m}"]  # noqa: E731
+        for label, source, peer in floors:
+            # ...and ends the way the cw executable does, without the interpreter's teardown.
+            importing: Command = lambda i, code=source + "import os\nos._exit(0)\n": [python, "-c", code]  # noqa: E731
             rows.append(paired(label, importing, peer, args.runs, env, warm_up="submit" not in label))
         watch_rows(0)
         if args.background:
