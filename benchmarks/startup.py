@@ -22,12 +22,16 @@ COMMANDS = {
         "verifiers", "grpo", str(ROOT / "configs" / "verifiers-grpo.yaml"), "--dry-run", "--name", "bench",
     ],
 }
+# The executable's own entry point, exit included; what it imported is read by an atexit handler,
+# which its exit runs.
 PROBE = (
-    "import sys, runpy; sys.argv = ['cw'] + sys.argv[1:]\n"
-    "try:\n    runpy.run_module('cw_cli', run_name='__main__')\n"
-    "except SystemExit:\n    pass\n"
-    "heavy = [m for m in ('kubernetes', 'torch', 'transformers', 'rich.table') if m in sys.modules]\n"
-    "sys.stderr.write('HEAVY=' + ','.join(heavy) + '\\n')\n"
+    "import atexit, sys; sys.argv = ['cw'] + sys.argv[1:]\n"
+    "def report():\n"
+    "    heavy = [m for m in ('kubernetes', 'torch', 'transformers', 'rich.table') if m in sys.modules]\n"
+    "    sys.stderr.write('HEAVY=' + ','.join(heavy) + '\\n')\n"
+    "atexit.register(report)\n"
+    "from cw_cli.cli.app import console_main\n"
+    "console_main()\n"
 )
 
 
