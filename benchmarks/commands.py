@@ -178,17 +178,18 @@ def main() -> None:
             fresh.append(path)
         # Validating with pydantic means building a model: one with one field is the least of it.
         model = "import pydantic\nclass M(pydantic.BaseModel):\n    x: int = 0\n"
-        floors: list[tuple[str, str, Command | None]] = [
-            ("floor of a dry run | torchx --dryrun", "import click, yaml, jinja2\n" + model, torchx_dry_run),
+        # (label, what the libraries' Python runs, the peer, whether to warm up: not for a peer that creates)
+        floors: list[tuple[str, str, Command | None, bool]] = [
+            ("floor of a dry run | torchx --dryrun", "import click, yaml, jinja2\n" + model, torchx_dry_run, True),
             ("floor of a submit | kubectl apply -f", "import click, yaml, jinja2, http.client, ssl\n" + model,
-             lambda i: [*kubectl, "apply", "-f", str(fresh[i])]),
+             lambda i: [*kubectl, "apply", "-f", str(fresh[i])], False),
             ("floor of status | kubectl get job,pods", "import click, yaml, http.client, ssl\n",
-             lambda i: [*kubectl, "get", "job,pods", "-l", "cw-cli.dev/run=s0"]),
+             lambda i: [*kubectl, "get", "job,pods", "-l", "cw-cli.dev/run=s0"], True),
         ]  # fmt: skip
-        for label, source, peer in floors:
+        for label, source, peer, warm_up in floors:
             # ...and ends the way the cw executable does, without the interpreter's teardown.
             importing: Command = lambda i, code=source + "import os\nos._exit(0)\n": [python, "-c", code]  # noqa: E731
-            rows.append(paired(label, importing, peer, args.runs, env, warm_up="submit" not in label))
+            rows.append(paired(label, importing, peer, args.runs, env, warm_up=warm_up))
         watch_rows(0)
         if args.background:
             values = ",".join(str(seed) for seed in range(args.background))
