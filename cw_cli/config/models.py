@@ -137,7 +137,13 @@ def _check_variable_names(variables: Mapping[str, object]) -> None:
 
 
 class StrictModel(BaseModel):
-    """A model that refuses unknown keys, so typos are caught."""
+    """A model that refuses unknown keys, so typos are caught.
+
+    Empty lists and dicts are plain defaults (``default=[]``): pydantic copies a mutable default
+    for each instance. ``default_factory=list`` would do the same, but pydantic then reads the
+    builtin's signature, which costs every command that validates a config ~5 ms (tokenize's
+    regexes, compiled for it).
+    """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -202,7 +208,7 @@ class ServiceResources(StrictModel):
     )
     tensor_parallel_size: int | None = Field(default=None, ge=1, le=64, description="vLLM tensor parallelism.")
     port: int | None = Field(default=None, ge=1024, le=65535, description="Port the service listens on.")
-    args: list[str] = Field(default_factory=list, description="Extra command-line arguments for the server.")
+    args: list[str] = Field(default=[], description="Extra command-line arguments for the server.")
 
     _numbers_not_bools = field_validator("gpu", "tensor_parallel_size", "port", mode="before")(_not_bool)
 
@@ -228,10 +234,10 @@ class ClusterSpec(StrictModel):
         "pre-launch memory check; wins over gpu_type and the nodes' labels (--gpu-memory wins over it).",
     )
     env: dict[str, EnvValue] = Field(
-        default_factory=dict, description="Extra environment variables for every container of the run."
+        default={}, description="Extra environment variables for every container of the run."
     )
     secrets: dict[str, DnsName | SecretRef] = Field(
-        default_factory=dict,
+        default={},
         description="Environment variable -> Secret name (or {name, key}), e.g. HF_TOKEN: hf-token.",
     )
     checkpoint_volume: DnsName | None = Field(
@@ -240,7 +246,7 @@ class ClusterSpec(StrictModel):
         "and resume). `none` states that the outputs may vanish with the pod.",
     )
     volumes: dict[DnsName, Annotated[VolumeMount, BeforeValidator(_volume_mount)]] = Field(
-        default_factory=dict,
+        default={},
         description="PersistentVolumeClaim -> mount path (or {path, read_only}) in every pod, read-only by default; "
         "e.g. datasets: /data.",
     )
@@ -249,11 +255,11 @@ class ClusterSpec(StrictModel):
         description="PersistentVolumeClaim shared as the Hugging Face cache (HF_HOME=/hf-cache) by the trainer and "
         "the servers, so a model is downloaded once per cluster (ReadWriteMany when pods are on several nodes).",
     )
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels the pods must match.")
+    node_selector: dict[str, str] = Field(default={}, description="Node labels the pods must match.")
     annotations: dict[str, str] = Field(
-        default_factory=dict, description="Annotations on every pod of the run (e.g. for sidecars or monitoring)."
+        default={}, description="Annotations on every pod of the run (e.g. for sidecars or monitoring)."
     )
-    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations for every pod.")
+    tolerations: list[Toleration] = Field(default=[], description="Tolerations for every pod.")
     queue: DnsName | None = Field(default=None, description="Kueue LocalQueue to submit the Job to.")
     rdma: bool = Field(
         default=False,
@@ -284,17 +290,17 @@ class ClusterSpec(StrictModel):
     )
     pull: bool = Field(default=False, description="Always pull the image (imagePullPolicy: Always).")
     files: list[ShippedName] = Field(
-        default_factory=list,
+        default=[],
         description="Files (paths relative to the config) shipped in the ConfigMap to /etc/cw/<name>, e.g. reward "
         "functions (importable there) or templates; 1 MiB in all.",
     )
     pip: list[Requirement] = Field(
-        default_factory=list,
+        default=[],
         description="Python requirements pip installs in every pod of the run before its command starts, e.g. "
         "a reward function's dependency; skipped offline when the image already satisfies them.",
     )
     services: dict[Literal["server", "reward"], ServiceResources] = Field(
-        default_factory=dict, description="Per-service settings of multi-service types: server, reward."
+        default={}, description="Per-service settings of multi-service types: server, reward."
     )
 
     _numbers_not_bools = field_validator("gpu", "nodes", "ttl_hours", "backoff_limit", "max_restarts", mode="before")(_not_bool)

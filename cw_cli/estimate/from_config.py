@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from cw_cli.estimate.gpu_memory import GpuChoice, resolve_gpu_memory
 from cw_cli.estimate.gpus import parse_memory
-from cw_cli.estimate.model_config import find_model_config
-from cw_cli.estimate.native_setup import FRAMEWORKS, MODEL_KEYS, run_setup
+from cw_cli.estimate.model_config import FRAMEWORKS, MODEL_KEYS, find_model_config
 
 if TYPE_CHECKING:  # types only: a launch whose model is not found here never loads the memory model
     from cw_cli.config.models import ClusterSpec
@@ -259,8 +258,10 @@ def estimate_run(
     config = lookup.config
     base = replace(base, model_config=lookup.source)
 
+    # Only now that there is a model to count: reading the framework's config is most of this package.
     from cw_cli.estimate.fit import fits, suggestions
     from cw_cli.estimate.memory import estimate_memory
+    from cw_cli.estimate.native_setup import run_setup
     from cw_cli.estimate.params import UnknownArchitectureError, architecture
 
     if architecture(config) is None and not allow_meta_device:

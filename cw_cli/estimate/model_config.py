@@ -17,6 +17,11 @@ from typing import Any
 
 from cw_cli.estimate.values import TRUE
 
+#: Frameworks whose config cw reads for an estimate; any other (a plugin) gets none.
+FRAMEWORKS = ("trl", "axolotl", "verifiers")
+#: The native key naming the model, per framework.
+MODEL_KEYS = {"trl": "model_name_or_path", "axolotl": "base_model", "verifiers": "model"}
+
 
 @dataclass(frozen=True)
 class ModelConfigLookup:

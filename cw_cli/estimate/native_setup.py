@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cw_cli.estimate.model_config import FRAMEWORKS, MODEL_KEYS
 from cw_cli.estimate.sharding import Sharding, accelerate_sharding, deepspeed_sharding, fsdp_sharding
 from cw_cli.estimate.values import as_count, as_mapping, as_number, truthy
 
@@ -24,11 +25,6 @@ if TYPE_CHECKING:  # types only: reading a config never loads the memory model
     from cw_cli.estimate.vllm import VllmSetup
 
 ALL_LINEAR = "all-linear"  # PEFT's shorthand (cw_cli.estimate.params.ALL_LINEAR)
-
-#: Frameworks whose config this module reads; any other (a plugin) gets no estimate.
-FRAMEWORKS = ("trl", "axolotl", "verifiers")
-#: The native key naming the model, per framework.
-MODEL_KEYS = {"trl": "model_name_or_path", "axolotl": "base_model", "verifiers": "model"}
 
 # PEFT's default LoRA targets when a config names none (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
 _PEFT_DEFAULT_TARGETS = {"gpt_neox": ("query_key_value",), "phi3": ("qkv_proj",)}

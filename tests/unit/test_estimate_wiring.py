@@ -537,3 +537,33 @@ def test_cw_schema_shows_the_new_fields(cw):
     properties = json.loads(cw("schema").stdout)["properties"]
     assert "gpu_memory" in properties and "estimate" in properties["gpu_memory"]["description"]
     assert "gpu_type" in properties and "nvidia.com/gpu.product" in properties["gpu_type"]["description"]
+
+
+_READS_CONFIG_PROBE = """
+import sys
+from pathlib import Path
+from cw_cli.config.models import ClusterSpec
+from cw_cli.estimate.from_config import estimate_run
+result = estimate_run("trl", "sft", {"model_name_or_path": sys.argv[1]}, ClusterSpec(gpu=1), Path(sys.argv[2]),
+                      allow_meta_device=False, cache_dirs=[])
+print(result.estimate is not None, "cw_cli.estimate.native_setup" in sys.modules)
+"""
+
+
+def test_a_model_not_found_here_costs_no_framework_config_reading(tmp_path):
+    """A dry run whose model's config.json is not local skips the estimate without loading its readers."""
+    import subprocess
+    import sys
+
+    model = tmp_path / "tiny"
+    model.mkdir()
+    shutil.copy(MODELS / "Qwen__Qwen2.5-3B.json", model / "config.json")
+
+    def probe(name: str) -> str:
+        done = subprocess.run([sys.executable, "-c", _READS_CONFIG_PROBE, name, str(tmp_path)],
+                              capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert probe("not-here/model") == "False False"
+    assert probe("tiny") == "True True"  # the control: a found model reads the config
