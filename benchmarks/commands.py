@@ -88,7 +88,7 @@ def _settle(session, runs: int, limit_s: float = 300) -> None:
         time.sleep(2)
 
 
-def _installed(venv: Path) -> str:
+def installed_cw(venv: Path) -> str:
     """The python of ``venv`` with cw installed from this tree (not editable), as a user has it."""
     python = venv / "bin" / "python"
     if not python.exists():
@@ -97,6 +97,14 @@ def _installed(venv: Path) -> str:
     else:  # cw itself, fresh from the tree; its dependencies came with the venv
         subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(ROOT)], check=True)
     return str(python)
+
+
+def floor_code(libraries: str, validates: bool) -> str:
+    """What a command's libraries alone cost: a Python that imports them and, for a command that
+    validates a config, builds a one-field pydantic model (the least of validating with pydantic);
+    it ends the way the cw executable does, without the interpreter's teardown."""
+    model = "import pydantic\nclass M(pydantic.BaseModel):\n    x: int = 0\n" if validates else ""
+    return f"import {libraries}\n{model}import os\nos._exit(0)\n"
 
 
 def _row(label: str, mine: float, theirs: float | None) -> str:
@@ -119,7 +127,7 @@ def main() -> None:
 
     from cw_cli import api
 
-    python = sys.executable if args.in_place else _installed(Path(args.cw_venv))
+    python = sys.executable if args.in_place else installed_cw(Path(args.cw_venv))
     cw = [str(Path(python).with_name("cw"))]
     torchx = args.torchx if shutil.which(args.torchx) else None
     namespace = f"bench-{secrets.token_hex(3)}"
@@ -176,19 +184,16 @@ def main() -> None:
             path = folder / f"f{i}.yaml"
             path.write_text(api.plan(CONFIG, "trl", "sft", name=f"f{i}", namespace=namespace).to_yaml())
             fresh.append(path)
-        # Validating with pydantic means building a model: one with one field is the least of it.
-        model = "import pydantic\nclass M(pydantic.BaseModel):\n    x: int = 0\n"
         # (label, what the libraries' Python runs, the peer, whether to warm up: not for a peer that creates)
         floors: list[tuple[str, str, Command | None, bool]] = [
-            ("floor of a dry run | torchx --dryrun", "import click, yaml, jinja2\n" + model, torchx_dry_run, True),
-            ("floor of a submit | kubectl apply -f", "import click, yaml, jinja2, http.client, ssl\n" + model,
+            ("floor of a dry run | torchx --dryrun", floor_code("click, yaml, jinja2", validates=True), torchx_dry_run, True),
+            ("floor of a submit | kubectl apply -f", floor_code("click, yaml, jinja2, http.client, ssl", validates=True),
              lambda i: [*kubectl, "apply", "-f", str(fresh[i])], False),
-            ("floor of status | kubectl get job,pods", "import click, yaml, http.client, ssl\n",
+            ("floor of status | kubectl get job,pods", floor_code("click, yaml, http.client, ssl", validates=False),
              lambda i: [*kubectl, "get", "job,pods", "-l", "cw-cli.dev/run=s0"], True),
         ]  # fmt: skip
         for label, source, peer, warm_up in floors:
-            # ...and ends the way the cw executable does, without the interpreter's teardown.
-            importing: Command = lambda i, code=source + "import os\nos._exit(0)\n": [python, "-c", code]  # noqa: E731
+            importing: Command = lambda i, code=source: [python, "-c", code]  # noqa: E731
             rows.append(paired(label, importing, peer, args.runs, env, warm_up=warm_up))
         watch_rows(0)
         if args.background:

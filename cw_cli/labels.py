@@ -29,6 +29,8 @@ TENSORBOARD_ANNOTATION = "cw-cli.dev/tensorboard-dir"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 GPU_RESOURCE = "nvidia.com/gpu"
+#: Label JobSet puts on its child Jobs and their pods.
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 # Roles (the component label) of a run's pods.
 TRAINER = "trainer"

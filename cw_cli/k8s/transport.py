@@ -54,17 +54,43 @@ def ssl_context(credentials: Credentials) -> ssl.SSLContext:
 
 
 def _load_client_cert(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
-    """``load_cert_chain`` reads only files: one private (0600) temp file, removed at once."""
-    import tempfile  # here: a token or exec-plugin user never needs it (with shutil and bz2, 4 ms)
+    """``load_cert_chain`` reads only files: on Linux an anonymous in-memory file, else a private temp file.
+
+    The memory file keeps the private key off the disk (as kubectl, which reads it from memory)
+    and spares importing ``tempfile`` (with shutil, bz2 and lzma: 3 ms of every command).
+    """
+    pem = cert.rstrip(b"\n") + b"\n" + key
+    try:
+        if hasattr(os, "memfd_create"):
+            try:
+                _load_from_memory(context, pem)
+                return
+            except FileNotFoundError:  # no /proc mounted: the temp file below
+                pass
+        _load_from_temp_file(context, pem)
+    except (ssl.SSLError, ValueError) as exc:
+        raise KubeconfigError(f"the client certificate or key is not usable ({exc})") from None
+
+
+def _load_from_memory(context: ssl.SSLContext, pem: bytes) -> None:
+    fd = os.memfd_create("cw-client-cert", os.MFD_CLOEXEC)
+    try:
+        with os.fdopen(os.dup(fd), "wb") as handle:
+            handle.write(pem)
+        # A callable password: an encrypted key fails instead of prompting on the terminal.
+        context.load_cert_chain(f"/proc/self/fd/{fd}", password=_no_password)
+    finally:
+        os.close(fd)
+
+
+def _load_from_temp_file(context: ssl.SSLContext, pem: bytes) -> None:
+    import tempfile  # here: only where there is no memfd (macOS)
 
     fd, path = tempfile.mkstemp(prefix="cw-client-", suffix=".pem")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(cert.rstrip(b"\n") + b"\n" + key)
-        # A callable password: an encrypted key fails instead of prompting on the terminal.
+            handle.write(pem)
         context.load_cert_chain(path, password=_no_password)
-    except (ssl.SSLError, ValueError) as exc:
-        raise KubeconfigError(f"the client certificate or key is not usable ({exc})") from None
     finally:
         os.unlink(path)
 

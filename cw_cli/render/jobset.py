@@ -23,8 +23,6 @@ API_VERSION = "jobset.x-k8s.io/v1alpha2"
 GROUP_VERSION_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
 #: The Job's own failure reason when a pod failure policy rule fails it: here only disruptions do.
 DISRUPTION_REASON = "PodFailurePolicy"
-#: Label JobSet puts on its child Jobs and their pods.
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 #: The DisruptionTarget rule every replicated Job carries: a disrupted pod fails its Job at once
 #: (with reason PodFailurePolicy), and the JobSet restarts the gang without counting it.
 _DISRUPTION_FAILS_JOB = {"rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}]}

@@ -113,6 +113,65 @@ def test_the_cluster_kubeconfig_resolves_like_the_official_client(kube_cluster, 
     assert admin_credentials.insecure is (not configuration.verify_ssl)
 
 
+def _whoami(credentials: kc.Credentials) -> str:
+    kube = Kube(Transport(credentials), namespace="default")
+    try:
+        return whoami(kube)
+    finally:
+        kube.close()
+
+
+def test_a_client_certificate_is_read_from_memory_and_never_written_to_disk(admin_credentials, monkeypatch, tmp_path):
+    import tempfile
+
+    from cw_cli.k8s import transport
+
+    def no_file(*args):
+        raise AssertionError("the client key was written to a temp file")
+
+    monkeypatch.setattr(transport, "_load_from_temp_file", no_file)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    user = _whoami(admin_credentials)
+    assert user and user != "system:anonymous"  # the certificate, not anonymous access, authenticated
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_memfd_the_client_certificate_goes_through_a_private_temp_file_removed_at_once(
+    admin_credentials, monkeypatch, tmp_path
+):
+    import tempfile
+
+    from cw_cli.k8s import transport
+
+    from_memory = _whoami(admin_credentials)
+    monkeypatch.delattr(transport.os, "memfd_create")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    modes: list[int] = []
+    real_load = transport.ssl.SSLContext.load_cert_chain
+
+    def spy(context, path, *args, **kwargs):
+        modes.append(stat.S_IMODE(Path(path).stat().st_mode))
+        return real_load(context, path, *args, **kwargs)
+
+    monkeypatch.setattr(transport.ssl.SSLContext, "load_cert_chain", spy)
+    assert _whoami(admin_credentials) == from_memory
+    assert modes == [0o600]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("memfd", [True, False], ids=["memory", "temp-file"])
+def test_a_client_key_that_is_not_a_key_is_a_kubeconfig_error(admin_credentials, monkeypatch, memfd):
+    from dataclasses import replace
+
+    from cw_cli.k8s.transport import ssl_context
+
+    if not memfd:
+        monkeypatch.delattr("os.memfd_create")
+    broken = replace(admin_credentials, client_key=b"-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n")
+    with pytest.raises(kc.KubeconfigError, match="client certificate or key is not usable"):
+        ssl_context(broken)
+
+
 def test_create_get_list_apply_patch_delete(kube, kube_api, namespace):
     core = client.CoreV1Api(kube_api)
     manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "light", "labels": {"cw-test": "light"}}, "data": {"a": "1"}}
