@@ -2,9 +2,11 @@
 
 A user's YAML mixes these top-level fields with the framework's own config; cw takes these out
 and mounts the rest, unchanged, in the run's ConfigMap.
-"""
 
-from __future__ import annotations
+Unlike cw's other modules, this one keeps its annotations evaluated (no ``from __future__ import
+annotations``): pydantic would otherwise compile and evaluate each field's annotation string
+when the models are built, on every command that reads a config.
+"""
 
 import re
 from collections.abc import Mapping
