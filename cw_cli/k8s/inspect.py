@@ -490,8 +490,10 @@ def explain_pending(
     """Say in plain words why a pod is not running yet.
 
     Compares the pod's requests with the largest node first ("needs 16 nvidia.com/gpu, the
-    largest node has 8"), then falls back to the scheduler's own event message
-    (``scheduling_events``: the pod's FailedScheduling events, read here when not given).
+    largest node has 8"), then gives the scheduler's own message: the one it writes on the pod's
+    ``PodScheduled`` condition, else that of its FailedScheduling events (``scheduling_events``,
+    read here when not given). The condition comes first because events are read from etcd,
+    not from the API server's cache: a scan of every event of the namespace.
     """
     capacity = capacity if capacity is not None else _node_capacity(kube)
     spec = pod.get("spec") or {}
@@ -509,8 +511,10 @@ def explain_pending(
                 return f"needs {amount} {resource}, the largest node has {_format_amount(resource, largest)}"
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            events = scheduling_events if scheduling_events is not None else _scheduling_events(kube, pod)
-            message = (events[-1].get("message") if events else None) or condition.get("message") or ""
+            message = condition.get("message") or ""
+            if not message:  # a scheduler that only records an event
+                events = scheduling_events if scheduling_events is not None else _scheduling_events(kube, pod)
+                message = (events[-1].get("message") if events else None) or ""
             return f"cannot be scheduled: {message}".strip() if message else "waiting for the scheduler"
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         waiting = (status.get("state") or {}).get("waiting")
@@ -585,11 +589,14 @@ def _preemption_events(kube: Kube) -> list[dict[str, Any]]:
 def run_status(kube: Kube, run_name: str) -> RunView:
     """The run's Job, pods and services, with a reason for each pod that is stuck.
 
-    Two rounds of reads, each at once: the run's objects, pods and the namespace's Preempted and
-    FailedCreate events; then only what those call for (log tails of failed containers, nodes
-    and scheduler events for Pending pods, the Kueue queue, a JobSet's Jobs). Everything is
-    selected by the run's labels or by event reason, so the time does not grow with the number
-    of other runs in the namespace.
+    Two rounds of reads, each at once: the run's objects and pods; then only what those call for
+    (log tails of failed containers, the nodes for Pending pods, the Kueue queue, a JobSet's Jobs
+    and, for a run that needs explaining, the namespace's Preempted events and, where a Job may
+    lack its pods, its FailedCreate events). Objects and pods are selected by the run's labels
+    from the API server's cache. Events have no cache there: every events read scans the
+    namespace's events in etcd, so a run that is running with every pod ready, or finished, reads
+    none, a queued one reads no FailedCreate events, and a Pending pod is explained from its own
+    PodScheduled condition.
 
     Raises:
         NotFound: No object of that run in the namespace.
@@ -615,17 +622,17 @@ def run_status(kube: Kube, run_name: str) -> RunView:
     gang = f"JobSet/{run_name}" in view.objects
     more: dict[str, Callable[[], Any]] = {}
     if _troubled(view, pods):
-        # Events are selected by reason or object, but the API server filters them from all of
-        # the namespace's events: read them only for a run that needs explaining.
+        # Events have no cache in the API server: selected by reason or object, each read still
+        # scans every event of the namespace in etcd. Read them only for a run that needs
+        # explaining, and FailedCreate only where a Job may lack its pods.
         more["preempted"] = lambda: _preemption_events(kube)
-        more["failed-create"] = lambda: failed_create_events(kube)
+        if gang or any(_may_lack_pods(job) for job in jobs):
+            more["failed-create"] = lambda: failed_create_events(kube)
     if view.state != "Succeeded":
         wanted = _wanted_logs(live)
         more["logs"] = lambda: _read_logs(kube, wanted, STATUS_LOG_LINES)
     if pending:
         more["capacity"] = lambda: _node_capacity(kube)
-        for pod in pending:
-            more[f"scheduling/{pod['metadata']['name']}"] = partial(_scheduling_events, kube, pod)
     for job in jobs:
         more[f"queue/{job['metadata']['name']}"] = partial(queue_summary, kube, job)
     if gang:
@@ -651,7 +658,7 @@ def run_status(kube: Kube, run_name: str) -> RunView:
             ready=_pod_ready(pod),
         )
         if phase == "Pending" and pod_view.name not in explained:
-            pod_view.reason = explain_pending(pod, kube, capacity, later.get(f"scheduling/{pod_view.name}"))
+            pod_view.reason = explain_pending(pod, kube, capacity)
             view.problems.append(f"{pod_view.name} is Pending: {pod_view.reason}")
         elif pod_view.name in explained:
             pod_view.reason = next(e.summary for e in view.explanations if e.pod == pod_view.name)
@@ -674,6 +681,14 @@ def run_status(kube: Kube, run_name: str) -> RunView:
         if refused:
             view.problems.append(f"the cluster refuses to create the pods of {deployment['metadata']['name']}: {refused}")
     return view
+
+
+def _may_lack_pods(job: dict[str, Any]) -> bool:
+    """Whether a Job may be refused its pods: resumed, unfinished and without an active pod
+    (the only Jobs :func:`pods_refused` is asked about)."""
+    status = job.get("status") or {}
+    finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in status.get("conditions") or [])
+    return not (status.get("active") or (job.get("spec") or {}).get("suspend") or finished)
 
 
 def _troubled(view: RunView, pods: list[dict[str, Any]]) -> bool:

@@ -283,3 +283,55 @@ def test_a_trainer_preempted_by_the_scheduler_is_explained(kube_api, namespace, 
     finally:
         for name in (low, high):
             scheduling.delete_priority_class(name)
+
+
+def _status_with_event_reads(kube_cluster, namespace: str, run: str):
+    """`run_status` of ``run``, and the field selectors of the events it listed (each a scan of
+    the namespace's events in etcd: the API server keeps no cache of events)."""
+    from cw_cli.k8s.connection import ClusterTarget, connect
+    from cw_cli.k8s.inspect import run_status
+
+    kube = connect(ClusterTarget(context=kube_cluster.context, namespace=namespace, kubeconfig=str(kube_cluster.kubeconfig)))
+    real_list, reads = kube.list, []
+
+    def spying_list(kind, *args, **kwargs):
+        if kind == "Event":
+            reads.append(kwargs.get("field_selector"))
+        return real_list(kind, *args, **kwargs)
+
+    kube.list = spying_list
+    try:
+        return run_status(kube, run), reads
+    finally:
+        kube.close()
+
+
+def test_a_pod_the_scheduler_refuses_is_explained_from_its_condition_without_a_scan_of_events(
+    kube_api, kube_cluster, namespace, cw_env, tmp_path, wait_for
+):
+    """The scheduler writes why on the pod's PodScheduled condition: status reads that, not the
+    namespace's FailedScheduling events; and no FailedCreate events for a Job whose pod exists."""
+    data = {**SFT_CONFIG, "node_selector": {"cw-test/no-such-node": "x"}}
+    result = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, data)), "--gpu", "1", "--name", "nowhere",
+                    "-n", namespace)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    core = client.CoreV1Api(kube_api)
+
+    def refused_message():
+        pods = core.list_namespaced_pod(namespace, label_selector="job-name=nowhere-trainer").items
+        conditions = pods[0].status.conditions or [] if pods else []
+        return next((c.message for c in conditions if c.type == "PodScheduled" and c.status == "False" and c.message), None)
+
+    message = wait_for(refused_message, 30, what="the scheduler to refuse the pod")
+    view, reads = _status_with_event_reads(kube_cluster, namespace, "nowhere")
+    assert "node affinity/selector" in message
+    assert [pod.reason for pod in view.pods] == [f"cannot be scheduled: {message}"]
+    assert reads == ["reason=Preempted"]  # the one read a Pending run still needs: a preempted pod is gone
+
+
+def test_a_finished_run_reads_no_events(kube_cluster, namespace, cw_env, tmp_path):
+    result = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, SFT_CONFIG)), "--gpu", "1", "--name", "done",
+                    "-n", namespace, "--wait")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    view, reads = _status_with_event_reads(kube_cluster, namespace, "done")
+    assert view.state == "Succeeded" and reads == []
