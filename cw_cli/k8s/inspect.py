@@ -626,7 +626,7 @@ def run_status(kube: Kube, run_name: str) -> RunView:
         # scans every event of the namespace in etcd. Read them only for a run that needs
         # explaining, and FailedCreate only where a Job may lack its pods.
         more["preempted"] = lambda: _preemption_events(kube)
-        if gang or any(_may_lack_pods(job) for job in jobs):
+        if gang or any(may_lack_pods(job) for job in jobs):
             more["failed-create"] = lambda: failed_create_events(kube)
     if view.state != "Succeeded":
         wanted = _wanted_logs(live)
@@ -665,7 +665,7 @@ def run_status(kube: Kube, run_name: str) -> RunView:
         view.pods.append(pod_view)
     for job in jobs:
         view.queue = later[f"queue/{job['metadata']['name']}"]
-        refused = None if (job.get("status") or {}).get("active") else pods_refused(kube, "Job", job, refusals)
+        refused = pods_refused(kube, "Job", job, refusals) if may_lack_pods(job) else None
         if refused:
             view.problems.append(f"the cluster refuses to create the trainer's pods: {refused}")
     view.problems += [e.line() for e in view.explanations]
@@ -683,9 +683,12 @@ def run_status(kube: Kube, run_name: str) -> RunView:
     return view
 
 
-def _may_lack_pods(job: dict[str, Any]) -> bool:
-    """Whether a Job may be refused its pods: resumed, unfinished and without an active pod
-    (the only Jobs :func:`pods_refused` is asked about)."""
+def may_lack_pods(job: dict[str, Any]) -> bool:
+    """Whether a Job may be refused its pods: resumed, unfinished and without an active pod.
+
+    Only such a Job is worth asking :func:`pods_refused` about, which reads events (a scan of
+    the namespace's events in etcd): a queued (suspended) Job has no pods by design.
+    """
     status = job.get("status") or {}
     finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in status.get("conditions") or [])
     return not (status.get("active") or (job.get("spec") or {}).get("suspend") or finished)
@@ -725,7 +728,7 @@ def _gang_status(
         return
     view.queue = queue
     for job in jobs:
-        refused = None if (job.get("status") or {}).get("active") else pods_refused(kube, "Job", job, refusals)
+        refused = pods_refused(kube, "Job", job, refusals) if may_lack_pods(job) else None
         if refused:
             view.problems.append(f"the cluster refuses to create the pods of {job['metadata']['name']}: {refused}")
     statuses = {s["name"]: s for s in (jobset.get("status") or {}).get("replicatedJobsStatus") or []}

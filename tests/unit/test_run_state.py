@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def test_job_state_reads_conditions_suspension_and_queue():
     from datetime import datetime, timezone
@@ -60,3 +62,21 @@ def test_a_crafted_or_empty_run_name_never_widens_the_selector():
     for bad in ("", "a,b", "x!=y", "A", "a b"):
         with pytest.raises(ConfigError):
             run_selector(bad)
+
+
+@pytest.mark.parametrize(
+    ("job", "may_lack"),
+    [
+        ({"spec": {}, "status": {}}, True),  # resumed, no pod yet: creation may be refused
+        ({"spec": {"suspend": False}, "status": {"failed": 1}}, True),
+        ({"spec": {}, "status": {"active": 1}}, False),  # a pod exists: creation works
+        ({"spec": {"suspend": True}, "status": {}}, False),  # queued by Kueue: no pods by design
+        ({"spec": {}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}, False),
+        ({"spec": {}, "status": {"conditions": [{"type": "Failed", "status": "True"}]}}, False),
+        ({"spec": {}, "status": {"conditions": [{"type": "Failed", "status": "False"}]}}, True),
+    ],
+)
+def test_only_a_resumed_unfinished_job_without_pods_is_asked_whether_its_pods_are_refused(job, may_lack):
+    from cw_cli.k8s.inspect import may_lack_pods
+
+    assert may_lack_pods(job) is may_lack
