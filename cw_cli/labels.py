@@ -41,6 +41,15 @@ SERVER_ROLES = (SERVER, REWARD)
 ROLES = (TRAINER, *SERVER_ROLES)
 
 
+#: Suffix of each object of a run after the run's name (`<run>-config`, `<run>-trainer`, ...).
+OBJECT_SUFFIXES = ("config", "trainer", "nodes", "server", "reward", "keeper", "network")
+
+
+def object_names(run_name: str) -> dict[str, str]:
+    """Name of each object of a run, by suffix: the renderer writes them, `cw status` reads some by name."""
+    return {suffix: f"{run_name}-{suffix}" for suffix in OBJECT_SUFFIXES}
+
+
 def managed_selector() -> str:
     """Label selector of every object cw manages."""
     return f"{MANAGED_BY_LABEL}={MANAGED_BY}"

@@ -46,6 +46,8 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
 FIELD_MANAGER = "cw"
 #: Accept header for metadata-only lists (PartialObjectMetadataList), JSON as the fallback.
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+#: The same for one object (PartialObjectMetadata).
+OBJECT_METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 #: Seconds one request may take: to connect, and to read the answer. One attempt, no silent
 #: retries (only a kept-alive connection the server closed meanwhile is opened again, once).
 #: CW_REQUEST_TIMEOUT overrides the read part, e.g. for a slow link.
@@ -197,6 +199,13 @@ class Kube:
         """Return an object, or None when it does not exist."""
         try:
             return self.request("GET", self.path(kind, name), what=f"read {kind} {name}")
+        except NotFound:
+            return None
+
+    def get_metadata(self, kind: str, name: str) -> dict[str, Any] | None:
+        """Like :meth:`get`, but only the object's ``metadata`` (a PartialObjectMetadata)."""
+        try:
+            return self.request("GET", self.path(kind, name), accept=OBJECT_METADATA_ONLY, what=f"read {kind} {name}")
         except NotFound:
             return None
 

@@ -23,6 +23,8 @@ from cw_cli.labels import (
     JOBSET_NAME_LABEL,
     KUEUE_QUEUE_LABEL,
     LIFETIME_ANNOTATION,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
     NAME_LABEL,
     RUN_LABEL,
     SWEEP_LABEL,
@@ -31,10 +33,15 @@ from cw_cli.labels import (
     TYPE_LABEL,
     WANDB_URL_ANNOTATION,
     managed_selector,
+    object_names,
 )
 
 WORKLOAD_JOB_UID = "kueue.x-k8s.io/job-uid"  # Kueue's label on the Workload of a Job
 RUN_KINDS = ("JobSet", "Job", "Deployment", "Service", "ConfigMap", "NetworkPolicy", "RoleBinding", "Role", "ServiceAccount")
+#: Kinds every run has one of, under a name fixed by the run's (:func:`object_names`): `cw status`
+#: reads them by name, which the API server answers at once, where a label-selected list scans
+#: every object of the kind in the namespace (one per run: +1.7-1.9 ms each at 1,000 runs).
+NAMED_KINDS = {"ConfigMap": "config", "NetworkPolicy": "network"}
 
 
 _LABEL_VALUE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -602,8 +609,11 @@ def run_status(kube: Kube, run_name: str) -> RunView:
         NotFound: No object of that run in the namespace.
     """
     selector = run_selector(run_name)
+    names = object_names(run_name)
+    listed = tuple(kind for kind in RUN_KINDS if kind not in NAMED_KINDS)
     fetched = gather({
-        **_object_calls(kube, selector, False, RUN_KINDS, WHOLE_KINDS),
+        **_object_calls(kube, selector, False, listed, WHOLE_KINDS),
+        **{kind: partial(_named_object, kube, kind, names[suffix], run_name) for kind, suffix in NAMED_KINDS.items()},
         "Pod": lambda: kube.list("Pod", selector),
     })  # fmt: skip
     objects = [(kind, obj) for kind in RUN_KINDS for obj in fetched[kind]]
@@ -692,6 +702,16 @@ def may_lack_pods(job: dict[str, Any]) -> bool:
     status = job.get("status") or {}
     finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in status.get("conditions") or [])
     return not (status.get("active") or (job.get("spec") or {}).get("suspend") or finished)
+
+
+def _named_object(kube: Kube, kind: str, name: str, run_name: str) -> list[dict[str, Any]]:
+    """The run's object of ``kind`` read by name (metadata only), as a list like a selected list's:
+    empty when it is missing or does not carry the labels :func:`run_selector` selects."""
+    obj = kube.get_metadata(kind, name)
+    labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+    if obj is None or labels.get(RUN_LABEL) != run_name or labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
+        return []
+    return [obj]
 
 
 def _troubled(view: RunView, pods: list[dict[str, Any]]) -> bool:

@@ -10,7 +10,6 @@ from cw_cli.errors import ConfigError
 
 MAX_RUN_NAME = 40  # leaves room for "-<role>" and the "-<index>-<5 chars>" Kubernetes adds to pod names
 SUFFIX_LENGTH = 5
-ROLES = ("config", "trainer", "nodes", "server", "reward", "keeper", "network")
 _LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _ALPHABET = string.ascii_lowercase + string.digits
 
@@ -48,8 +47,3 @@ def validate_run_name(name: str) -> str:
         [f"--name {name!r}: a run name must be at most {MAX_RUN_NAME} lower-case letters, digits or '-', starting with a letter"],
         hint=f"try --name {suggestion}",
     )
-
-
-def object_names(run_name: str) -> dict[str, str]:
-    """Name of each object of a run, by role."""
-    return {role: f"{run_name}-{role}" for role in ROLES}

@@ -60,6 +60,7 @@ from cw_cli.labels import (
     TYPE_LABEL,
     VERSION_LABEL,
     WANDB_URL_ANNOTATION,
+    object_names,
 )
 from cw_cli.render.jobset import GROUP_VERSION_PATH as JOBSET_API
 from cw_cli.render.jobset import gang, trainer_address
@@ -69,7 +70,6 @@ from cw_cli.render.keeper import (
     keeper_subjects,
     token_volume,
 )
-from cw_cli.render.naming import object_names
 from cw_cli.render.outputs import place_outputs
 from cw_cli.render.shipped_files import (
     ShippedFile,

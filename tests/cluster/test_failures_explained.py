@@ -335,3 +335,34 @@ def test_a_finished_run_reads_no_events(kube_cluster, namespace, cw_env, tmp_pat
     assert result.returncode == 0, result.stderr
     view, reads = _status_with_event_reads(kube_cluster, namespace, "done")
     assert view.state == "Succeeded" and reads == []
+
+
+def test_status_reads_the_runs_config_map_and_network_policy_by_name_not_by_scanning(
+    kube_api, kube_cluster, namespace, cw_env, tmp_path
+):
+    """One ConfigMap and one NetworkPolicy per run: a label-selected list of them scans every run's;
+    status reads them by name, and keeps only what carries the run's labels."""
+    from cw_cli.k8s.connection import ClusterTarget, connect
+    from cw_cli.k8s.inspect import run_status
+
+    for run in ("named", "other"):
+        result = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, SFT_CONFIG)), "--gpu", "1", "--name", run,
+                        "-n", namespace)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    kube = connect(ClusterTarget(context=kube_cluster.context, namespace=namespace, kubeconfig=str(kube_cluster.kubeconfig)))
+    listed: list[str] = []
+    for method in ("list", "list_metadata"):
+        real = getattr(kube, method)
+        setattr(kube, method, lambda kind, *a, _real=real, **k: listed.append(kind) or _real(kind, *a, **k))
+    try:
+        view = run_status(kube, "named")
+        assert {"Job/named-trainer", "ConfigMap/named-config", "NetworkPolicy/named-network"} <= set(view.objects)
+        assert not {"ConfigMap", "NetworkPolicy"} & set(listed), listed
+        # An object of that name without cw's labels is not the run's: deleted and replaced by a stranger's.
+        core = client.CoreV1Api(kube_api)
+        core.delete_namespaced_config_map("named-config", namespace)
+        core.create_namespaced_config_map(namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="named-config")))
+        assert "ConfigMap/named-config" not in run_status(kube, "named").objects
+        assert "ConfigMap/other-config" in run_status(kube, "other").objects
+    finally:
+        kube.close()

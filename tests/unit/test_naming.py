@@ -7,7 +7,8 @@ import re
 import pytest
 
 from cw_cli.errors import ConfigError
-from cw_cli.render.naming import MAX_RUN_NAME, generate_run_name, object_names, sanitize, validate_run_name
+from cw_cli.labels import object_names
+from cw_cli.render.naming import MAX_RUN_NAME, generate_run_name, sanitize, validate_run_name
 
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 

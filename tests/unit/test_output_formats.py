@@ -76,6 +76,9 @@ class FakeKube:
     def get(self, kind, name):
         return None
 
+    def get_metadata(self, kind, name):
+        return next((o for o in self.objects.get(kind, []) if o["metadata"]["name"] == name), None)
+
     def raw(self, method, path, query=None, **_):
         self.log_requests.append((path, dict(query or {})))
         return _Response(self.logs.get(path.split("/pods/")[1].split("/")[0], ""))
