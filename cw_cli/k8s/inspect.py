@@ -492,15 +492,14 @@ def explain_pending(
     pod: dict[str, Any],
     kube: Kube,
     capacity: dict[str, list[tuple[str, float]]] | None = None,
-    scheduling_events: list[dict[str, Any]] | None = None,
 ) -> str:
     """Say in plain words why a pod is not running yet.
 
     Compares the pod's requests with the largest node first ("needs 16 nvidia.com/gpu, the
     largest node has 8"), then gives the scheduler's own message: the one it writes on the pod's
-    ``PodScheduled`` condition, else that of its FailedScheduling events (``scheduling_events``,
-    read here when not given). The condition comes first because events are read from etcd,
-    not from the API server's cache: a scan of every event of the namespace.
+    ``PodScheduled`` condition, else that of its FailedScheduling events. The condition comes
+    first because events are read from etcd, not from the API server's cache: a scan of every
+    event of the namespace.
     """
     capacity = capacity if capacity is not None else _node_capacity(kube)
     spec = pod.get("spec") or {}
@@ -520,7 +519,7 @@ def explain_pending(
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             message = condition.get("message") or ""
             if not message:  # a scheduler that only records an event
-                events = scheduling_events if scheduling_events is not None else _scheduling_events(kube, pod)
+                events = _scheduling_events(kube, pod)
                 message = (events[-1].get("message") if events else None) or ""
             return f"cannot be scheduled: {message}".strip() if message else "waiting for the scheduler"
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
