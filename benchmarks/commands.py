@@ -94,8 +94,10 @@ def installed_cw(venv: Path) -> str:
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", str(ROOT)], check=True)
-    else:  # cw itself, fresh from the tree; its dependencies came with the venv
+    else:  # cw itself, fresh from the tree, and any dependency the tree added since the venv was made
         subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(ROOT)], check=True)
+        if subprocess.run([str(python), "-m", "pip", "check"], capture_output=True).returncode != 0:
+            subprocess.run([str(python), "-m", "pip", "install", "-q", str(ROOT)], check=True)
     return str(python)
 
 

@@ -24,9 +24,10 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
 
 from cw_cli.errors import ConfigError
 
@@ -53,8 +54,7 @@ def _quiet(_: str) -> None:
     return None
 
 
-@dataclass
-class PlannedRun:
+class PlannedRun(Struct):
     """A rendered run, not yet on the cluster: exactly what :meth:`Session.submit` creates.
 
     Attributes:
@@ -322,7 +322,7 @@ def plan(
         return PlannedRun(rendered, request)
     kube = connect()  # a launch needs it next anyway: an unreachable cluster fails here
     if may_be_gang(run_config.cluster):
-        from dataclasses import replace
+        from msgspec.structs import replace
 
         from cw_cli.render.jobset import GROUP_VERSION_PATH
 
@@ -331,8 +331,7 @@ def plan(
     return PlannedRun(rendered, request, cluster_facts=True)
 
 
-@dataclass
-class PlannedSweep:
+class PlannedSweep(Struct):
     """The runs of a sweep, all planned (so all valid) before any is submitted.
 
     Attributes:
@@ -432,8 +431,7 @@ def plan_sweep(
     return PlannedSweep(sweep_name, runs, points)
 
 
-@dataclass
-class Run:
+class Run(Struct):
     """A run on the cluster: read its state and logs, wait for it, delete it.
 
     Attributes:
@@ -447,7 +445,10 @@ class Run:
     session: Session
     owner_kind: str = "Job"
     launch: LaunchResult | None = None
-    _plan: Plan | None = field(default=None, repr=False)
+    _plan: Plan | None = None
+
+    def __repr__(self) -> str:  # the plan's manifests would fill a screen
+        return f"Run(name={self.name!r}, session={self.session!r}, owner_kind={self.owner_kind!r}, launch={self.launch!r})"
 
     def status(self) -> RunView:
         """The run's state, pods, servers and why anything is stuck.
@@ -657,7 +658,7 @@ class Session:
         if check_memory:
             self.check_memory(planned, gpu_memory=gpu_memory, force=force, dry_run=server_dry_run, progress=progress)
         if not planned.cluster_facts and may_be_gang(planned.request.config.cluster):
-            from dataclasses import replace
+            from msgspec.structs import replace
 
             from cw_cli.render.jobset import GROUP_VERSION_PATH
             from cw_cli.render.plan import build_plan

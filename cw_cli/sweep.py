@@ -16,8 +16,9 @@ cluster, no printing.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from cw_cli.errors import ConfigError
 
@@ -27,8 +28,7 @@ MAX_SWEEP_NAME = 34
 MAX_RUNS = 1000
 
 
-@dataclass(frozen=True)
-class SweepSpec:
+class SweepSpec(Struct, frozen=True):
     """The points of a sweep.
 
     Attributes:

@@ -7,10 +7,11 @@ steps both need lives here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from msgspec import Struct, field
 
 if TYPE_CHECKING:  # a type only: pydantic is heavy and config is a higher step
     from cw_cli.config.models import ClusterSpec
@@ -24,8 +25,7 @@ class TrainingType(str, Enum):
     GRPO = "grpo"
 
 
-@dataclass
-class RunConfig:
+class RunConfig(Struct):
     """A validated config: cw's cluster fields and the framework's native config.
 
     Attributes:

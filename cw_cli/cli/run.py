@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from msgspec import Struct
 
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import context_option, namespace_option
@@ -146,8 +146,7 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
     return command
 
 
-@dataclass(frozen=True)
-class MemoryCheck:
+class MemoryCheck(Struct, frozen=True):
     """The pre-launch memory check's options: ``--gpu-memory``, ``--force``, and the estimate command to name."""
 
     gpu_memory: str | None

@@ -8,11 +8,12 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+from msgspec.structs import asdict
 from pydantic import BaseModel, ValidationError
 
 from cw_cli.config.models import CLUSTER_FIELDS, ClusterSpec, image_problem
@@ -23,8 +24,7 @@ from cw_cli.types import NativeConfigRules, RunConfig, TrainingType
 __all__ = ["FlagOverrides", "RunConfig", "load_run_config", "parse_set"]
 
 
-@dataclass(frozen=True)
-class FlagOverrides:
+class FlagOverrides(Struct, frozen=True):
     """Command-line flags that override the config's cluster fields (None = not given)."""
 
     gpu: int | None = None
@@ -36,7 +36,7 @@ class FlagOverrides:
 
     def given(self) -> dict[str, Any]:
         """The flags the user actually passed."""
-        return {name: value for name, value in self.__dict__.items() if value is not None}
+        return {name: value for name, value in asdict(self).items() if value is not None}
 
 
 def parse_set(assignment: str) -> tuple[list[str], Any]:

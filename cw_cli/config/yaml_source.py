@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from msgspec import Struct, field
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
@@ -296,8 +296,7 @@ def parse_scalar(text: str) -> object:
     return value
 
 
-@dataclass
-class YamlSource:
+class YamlSource(Struct):
     """A parsed YAML mapping plus where each key came from.
 
     Attributes:

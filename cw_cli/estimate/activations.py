@@ -13,7 +13,8 @@ tensors PyTorch actually saves (``torch.autograd.graph.saved_tensors_hooks``) on
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from cw_cli.estimate.shapes import ModelShape
 
@@ -21,8 +22,7 @@ from cw_cli.estimate.shapes import ModelShape
 ALL_LINEAR = "all-linear"
 
 
-@dataclass(frozen=True)
-class ComputeSetup:
+class ComputeSetup(Struct, frozen=True):
     """What decides which tensors autograd saves and in which dtype.
 
     Attributes:
@@ -80,8 +80,7 @@ class ComputeSetup:
         return ALL_LINEAR in self.lora_targets and name != "lm_head"
 
 
-@dataclass(frozen=True)
-class _T:
+class _T(Struct, frozen=True):
     """A tensor per token: how many elements and how many bytes each."""
 
     id: int

@@ -9,8 +9,10 @@ and returns those that fit.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 from typing import Any
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from cw_cli.estimate.memory import (
     GIB,
@@ -24,8 +26,7 @@ from cw_cli.estimate.memory import (
 _SLEEPING_VLLM_BYTES = 1 * GIB
 
 
-@dataclass(frozen=True)
-class RoleVerdict:
+class RoleVerdict(Struct, frozen=True):
     """Whether one role fits its GPU.
 
     Attributes:
@@ -48,8 +49,7 @@ class RoleVerdict:
         return self.required_bytes / self.available_bytes if self.available_bytes else float("inf")
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Struct, frozen=True):
     """The fit of every role of a run.
 
     Attributes:
@@ -68,8 +68,7 @@ class Verdict:
         return max(r.ratio for r in self.roles)
 
 
-@dataclass(frozen=True)
-class Suggestion:
+class Suggestion(Struct, frozen=True):
     """A change that makes the run fit.
 
     Attributes:

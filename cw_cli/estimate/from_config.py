@@ -22,9 +22,11 @@ Nothing here prints or talks to a cluster itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct, field
+from msgspec.structs import asdict, replace
 
 from cw_cli.estimate.gpu_memory import GpuChoice, resolve_gpu_memory
 from cw_cli.estimate.gpus import parse_memory
@@ -53,8 +55,7 @@ ROLE_KEYS = ("role", "fits", "required_bytes", "available_bytes", "ratio", "reas
 SUGGESTION_KEYS = ("key", "description", "changes", "per_gpu_bytes", "ratio")
 
 
-@dataclass(frozen=True)
-class RunEstimate:
+class RunEstimate(Struct, frozen=True):
     """A run's memory estimate with its verdict, or why there is none.
 
     Attributes:

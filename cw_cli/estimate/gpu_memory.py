@@ -8,8 +8,9 @@ callable that lists them; none in a dry run). It says how it chose, or why the m
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
 
 from cw_cli.errors import CwError, Forbidden
 from cw_cli.estimate.gpus import (
@@ -28,8 +29,7 @@ if TYPE_CHECKING:  # types only
 GIB = 1024**3
 
 
-@dataclass(frozen=True)
-class GpuChoice:
+class GpuChoice(Struct, frozen=True):
     """One GPU's memory and where it came from.
 
     Attributes:

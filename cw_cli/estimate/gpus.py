@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 MIB = 1024**2
 MEMORY_LABEL = "nvidia.com/gpu.memory"
@@ -53,8 +54,7 @@ _PRODUCTS: tuple[tuple[tuple[str, ...], int], ...] = (
 )
 
 
-@dataclass(frozen=True)
-class GpuMemory:
+class GpuMemory(Struct, frozen=True):
     """One GPU's memory and where the figure came from.
 
     Attributes:

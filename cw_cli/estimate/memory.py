@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+import msgspec
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from cw_cli.estimate import activations as act
 from cw_cli.estimate.params import (
@@ -89,8 +92,7 @@ FRAGMENTATION = 0.05
 _DS_SUB_GROUP = 1_000_000_000
 
 
-@dataclass(frozen=True)
-class TrainingSetup:
+class TrainingSetup(Struct, frozen=True):
     """How a run trains, as read from the framework's config and the launch options.
 
     Attributes:
@@ -174,8 +176,7 @@ class TrainingSetup:
         return self.num_generations is not None
 
 
-@dataclass(frozen=True)
-class TrainerMemory:
+class TrainerMemory(Struct, frozen=True):
     """Per-GPU bytes of the trainer (``role="trainer"``).
 
     Attributes:
@@ -234,8 +235,7 @@ class TrainerMemory:
     tokens_per_micro_batch: int
 
 
-@dataclass(frozen=True)
-class Estimate:
+class Estimate(Struct, frozen=True):
     """The whole estimate: model size and one breakdown per role.
 
     Attributes:
@@ -261,15 +261,14 @@ class Estimate:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict with stable keys, for ``-o json``."""
-        return asdict(self)
+        """Plain dict with stable keys, for ``-o json`` (the breakdowns as dicts, tuples as lists)."""
+        return msgspec.to_builtins(self)
 
 
 # --- parameter groups -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Params:
+class _Params(Struct, frozen=True):
     """Parameter counts by what they are, for dtypes and sharding."""
 
     total: int

@@ -11,9 +11,10 @@ import json
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from cw_cli.estimate.values import TRUE
 
@@ -23,8 +24,7 @@ FRAMEWORKS = ("trl", "axolotl", "verifiers")
 MODEL_KEYS = {"trl": "model_name_or_path", "axolotl": "base_model", "verifiers": "model"}
 
 
-@dataclass(frozen=True)
-class ModelConfigLookup:
+class ModelConfigLookup(Struct, frozen=True):
     """Where a model's config.json was found (or everywhere it was looked for).
 
     Attributes:

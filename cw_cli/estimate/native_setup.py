@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
+from msgspec.structs import asdict, replace
 
 from cw_cli.estimate.model_config import FRAMEWORKS, MODEL_KEYS
 from cw_cli.estimate.sharding import Sharding, accelerate_sharding, deepspeed_sharding, fsdp_sharding
@@ -36,8 +38,7 @@ _TRL_PROFILES = {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp1": "fsdp", "fsdp2": "
                  "multi_gpu": None, "single_gpu": None}  # fmt: skip
 
 
-@dataclass(frozen=True)
-class RunSetup:
+class RunSetup(Struct, frozen=True):
     """A run's training and vLLM setup as read from its config.
 
     Attributes:

@@ -11,8 +11,9 @@ installed. See docs/estimate.md.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 ALL_LINEAR = "all-linear"  # PEFT's shorthand: every nn.Linear except the output layer
 
@@ -21,8 +22,7 @@ class UnknownArchitectureError(ValueError):
     """The config's architecture has no formula and transformers is not installed."""
 
 
-@dataclass(frozen=True)
-class Linear:
+class Linear(Struct, frozen=True):
     """One ``nn.Linear`` module of a layer.
 
     Attributes:
@@ -43,8 +43,7 @@ class Linear:
         return self.in_features * self.out_features + (self.out_features if self.bias else 0)
 
 
-@dataclass(frozen=True)
-class Layer:
+class Layer(Struct, frozen=True):
     """One decoder layer.
 
     Attributes:
@@ -74,8 +73,7 @@ class Layer:
         return self.total - self.experts_total + self.experts_active
 
 
-@dataclass(frozen=True)
-class Architecture:
+class Architecture(Struct, frozen=True):
     """A whole causal LM as cw counts it.
 
     Attributes:
@@ -107,8 +105,7 @@ class Architecture:
         return 0 if self.tied else self.vocab_size * self.hidden_size
 
 
-@dataclass(frozen=True)
-class ParamCounts:
+class ParamCounts(Struct, frozen=True):
     """What :func:`count_parameters` reports.
 
     Attributes:

@@ -8,8 +8,9 @@ Llama-like reading of any other config that has the usual fields.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 # How each family's decoder layer is built in transformers 5 (what autograd saves differs).
 _STYLE: dict[str, dict[str, Any]] = {
@@ -29,8 +30,7 @@ _STYLE: dict[str, dict[str, Any]] = {
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3_text"}
 
 
-@dataclass(frozen=True)
-class ModelShape:
+class ModelShape(Struct, frozen=True):
     """Dimensions of a decoder-only LM.
 
     Attributes:

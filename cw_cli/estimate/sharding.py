@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from cw_cli.estimate.values import as_mapping, truthy
 
 
-@dataclass(frozen=True)
-class Sharding:
+class Sharding(Struct, frozen=True):
     """What DeepSpeed / FSDP / Accelerate settings say about sharding and offload.
 
     Attributes:

@@ -8,7 +8,8 @@ cache blocks; it refuses to start when one ``max_model_len`` sequence does not f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from cw_cli.estimate.shapes import ModelShape
 
@@ -28,8 +29,7 @@ def _bytes(name: str) -> int:
         raise ValueError(f"unknown dtype {name!r} (known: {', '.join(_DTYPE_BYTES)})") from err
 
 
-@dataclass(frozen=True)
-class VllmSetup:
+class VllmSetup(Struct, frozen=True):
     """A vLLM engine beside the trainer (TRL's ``use_vllm``).
 
     Attributes:
@@ -57,8 +57,7 @@ class VllmSetup:
     enable_sleep_mode: bool = False
 
 
-@dataclass(frozen=True)
-class VllmMemory:
+class VllmMemory(Struct, frozen=True):
     """Per-GPU bytes of a vLLM engine (``role="vllm"``).
 
     Attributes:

@@ -8,9 +8,10 @@ the cluster client or the CLI: it describes; the renderer turns descriptions int
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from msgspec import Struct, field
 
 from cw_cli.frameworks.tracking import Tracking, from_trainer_args
 from cw_cli.types import TrainingType
@@ -25,8 +26,7 @@ CONFIG_FILE = f"{CONFIG_MOUNT}/config.yaml"
 CHECKPOINT_MOUNT = "/checkpoints"
 
 
-@dataclass(frozen=True)
-class RunContext:
+class RunContext(Struct, frozen=True):
     """What a framework needs to know about the run it is describing.
 
     Attributes:
@@ -54,8 +54,7 @@ class RunContext:
         return f"{CHECKPOINT_MOUNT}/{self.run_name}"
 
 
-@dataclass(frozen=True)
-class ServiceDef:
+class ServiceDef(Struct, frozen=True):
     """A long-running server the trainer talks to (a Deployment plus a Service).
 
     Attributes:
@@ -88,8 +87,7 @@ class ServiceDef:
     headless: bool = False
 
 
-@dataclass(frozen=True)
-class ResourceDefaults:
+class ResourceDefaults(Struct, frozen=True):
     """Default resources of the trainer for a framework."""
 
     gpu: int = 8

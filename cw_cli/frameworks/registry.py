@@ -11,9 +11,10 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+
+from msgspec import Struct, field
 
 from cw_cli import __version__
 from cw_cli.errors import FrameworkError
@@ -33,8 +34,7 @@ DISABLE_PLUGINS_ENV = "CW_DISABLE_PLUGINS"
 DEFAULT_PLUGINS_DIR = Path("~/.cw-cli/plugins")
 
 
-@dataclass
-class LoadedFramework:
+class LoadedFramework(Struct):
     """A framework ready to use, with where it came from."""
 
     plugin: FrameworkPlugin
@@ -47,8 +47,7 @@ class LoadedFramework:
         return self.plugin.name
 
 
-@dataclass(frozen=True)
-class PluginFailure:
+class PluginFailure(Struct, frozen=True):
     """A plugin that could not be loaded, and why."""
 
     source: str

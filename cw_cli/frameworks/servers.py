@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
 
 from cw_cli.frameworks.base import RunContext, ServiceDef
 
@@ -11,8 +12,7 @@ if TYPE_CHECKING:
     from cw_cli.config.models import ServiceResources
 
 
-@dataclass(frozen=True)
-class ServerSizing:
+class ServerSizing(Struct, frozen=True):
     """GPUs, parallelism and port of one server, with defaults applied.
 
     Attributes:

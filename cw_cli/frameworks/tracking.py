@@ -7,16 +7,16 @@ turns those into one :class:`Tracking` that the renderer wires into the pods.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 #: The Hugging Face Trainer's ``report_to: all`` means every installed integration; in the
 #: framework images that includes W&B and TensorBoard.
 _ALL = "all"
 
 
-@dataclass(frozen=True)
-class Tracking:
+class Tracking(Struct, frozen=True):
     """Experiment trackers a run reports to, and what the config pins of them.
 
     Attributes:

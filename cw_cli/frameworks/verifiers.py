@@ -13,9 +13,10 @@ cw pins it and installs it over the vLLM image it was built against when the ima
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from msgspec.structs import replace
 
 from cw_cli import __version__
 from cw_cli.frameworks.base import (

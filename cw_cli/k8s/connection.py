@@ -12,8 +12,9 @@ import builtins
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
 
 from cw_cli.errors import ClusterUnreachable, ConfigError, Conflict, CwError, Forbidden, NotFound, Rejected
 
@@ -56,8 +57,7 @@ READ_TIMEOUT_S = 30.0
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
-@dataclass(frozen=True)
-class ClusterTarget:
+class ClusterTarget(Struct, frozen=True):
     """Which cluster and namespace to talk to (flags; None means the kubeconfig's choice)."""
 
     context: str | None = None

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+
+from msgspec import Struct, field
+from msgspec.structs import asdict
 
 from cw_cli.labels import COMPONENT_LABEL, TRAINER
 
@@ -57,8 +59,7 @@ IMAGE_PULL_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "E
 CONFIG_ERROR_REASONS = ("CreateContainerConfigError", "CreateContainerError")
 
 
-@dataclass
-class Explanation:
+class Explanation(Struct):
     """One reason a run failed or is stuck.
 
     Attributes:

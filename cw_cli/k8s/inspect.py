@@ -7,10 +7,11 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
 from typing import Any
+
+from msgspec import Struct, field
 
 from cw_cli.config.quantity import parse_quantity
 from cw_cli.errors import ConfigError, Forbidden, NotFound
@@ -62,8 +63,7 @@ def run_selector(run_name: str | None = None) -> str:
     return f"{selector},{RUN_LABEL}={run_name}"
 
 
-@dataclass
-class PodView:
+class PodView(Struct):
     """One pod of a run, as shown by ``cw status``."""
 
     name: str
@@ -75,8 +75,7 @@ class PodView:
     reason: str | None = None
 
 
-@dataclass
-class RunView:
+class RunView(Struct):
     """A run as the cluster holds it."""
 
     name: str

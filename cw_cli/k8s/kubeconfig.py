@@ -18,8 +18,10 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 #: The exec plugin API versions kubectl still speaks.
 EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
@@ -61,8 +63,7 @@ class UnknownContext(KubeconfigError):
         self.known = known
 
 
-@dataclass(frozen=True)
-class ExecPlugin:
+class ExecPlugin(Struct, frozen=True):
     """A resolved ``users[].user.exec`` section, to run again when its credential is refused.
 
     Attributes:
@@ -82,8 +83,7 @@ class ExecPlugin:
     cluster: str | None = None  # JSON text, so the dataclass stays hashable
 
 
-@dataclass(frozen=True)
-class Credentials:
+class Credentials(Struct, frozen=True):
     """Everything needed to talk to one API server as one user.
 
     Attributes:
@@ -106,17 +106,26 @@ class Credentials:
     server: str
     context: str = ""
     namespace: str | None = None
-    ca_data: bytes | None = field(default=None, repr=False)
+    ca_data: bytes | None = None
     insecure: bool = False
     tls_server_name: str | None = None
-    client_cert: bytes | None = field(default=None, repr=False)
-    client_key: bytes | None = field(default=None, repr=False)
-    token: str | None = field(default=None, repr=False)
+    client_cert: bytes | None = None
+    client_key: bytes | None = None
+    token: str | None = None
     username: str | None = None
-    password: str | None = field(default=None, repr=False)
+    password: str | None = None
     exec_plugin: ExecPlugin | None = None
     expires: float | None = None
     proxy: str | None = None
+
+    #: Fields whose values never appear in a repr (logs and tracebacks).
+    _SECRET_FIELDS: ClassVar[frozenset[str]] = frozenset({"ca_data", "client_cert", "client_key", "token", "password"})
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{name}={getattr(self, name)!r}" for name in self.__struct_fields__ if name not in self._SECRET_FIELDS
+        )
+        return f"Credentials({shown})"
 
     @property
     def authorization(self) -> str | None:

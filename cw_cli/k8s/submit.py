@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
+
+from msgspec import Struct, field
 
 from cw_cli.errors import ClusterUnreachable, Conflict, CwError, Interrupted, NotFound, Rejected, WaitTimeout
 from cw_cli.k8s.connection import Kube
@@ -16,8 +17,7 @@ from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S, Plan
 Progress = Callable[[str], None]
 
 
-@dataclass
-class LaunchResult:
+class LaunchResult(Struct):
     """What was created.
 
     Attributes:
@@ -132,8 +132,7 @@ def _owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class CreatedObject:
+class CreatedObject(Struct, frozen=True):
     """An object this launch created: its kind, name and the UID the API server gave it."""
 
     kind: str

@@ -14,8 +14,9 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 from .errors import BuildError, LocalClusterError
 from .paths import Versions, cache_dir, load_versions, tools_dir
@@ -32,8 +33,7 @@ _BINARIES = {
 }
 
 
-@dataclass
-class Binaries:
+class Binaries(Struct):
     """Absolute paths of the five programs of the local cluster."""
 
     etcd: Path

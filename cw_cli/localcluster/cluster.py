@@ -15,11 +15,12 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
+from msgspec import Struct, field
+from msgspec.structs import asdict
 
 from cw_cli.errors import ClusterUnreachable, CwError
 from cw_cli.k8s.kubeconfig import KubeconfigError
@@ -55,8 +56,7 @@ FAKE_LOG_LINES = (
 )
 
 
-@dataclass
-class ClusterInfo:
+class ClusterInfo(Struct):
     """What `up` started (also stored as <state_dir>/cluster.json)."""
 
     state_dir: str
@@ -74,16 +74,14 @@ class ClusterInfo:
     already_running: bool = False
 
 
-@dataclass
-class ProcessStatus:
+class ProcessStatus(Struct):
     name: str
     pid: int
     alive: bool
     log: str
 
 
-@dataclass
-class NodeStatus:
+class NodeStatus(Struct):
     name: str
     ready: bool
     gpus: str
@@ -92,8 +90,7 @@ class NodeStatus:
     taints: list[str]
 
 
-@dataclass
-class ClusterStatus:
+class ClusterStatus(Struct):
     state_dir: str
     exists: bool  # a state dir with a cluster record exists
     api_ready: bool
@@ -109,8 +106,7 @@ class ClusterStatus:
             p.alive for p in self.processes)
 
 
-@dataclass
-class DownResult:
+class DownResult(Struct):
     state_dir: str
     stopped: dict[str, str]  # component -> "stopped" | "killed" | "not running"
     removed_state: bool

@@ -12,12 +12,12 @@ from __future__ import annotations
 import base64
 import copy
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import yaml
+from msgspec import Struct
 
 from . import api
 from .errors import StartError
@@ -181,8 +181,7 @@ def webhooks_served(configurations: list[dict[str, Any]], ca_cert: Path) -> bool
     return True
 
 
-@dataclass(frozen=True)
-class Host:
+class Host(Struct, frozen=True):
     """The local cluster, as a controller process started beside it needs it.
 
     Attributes:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from cw_cli.cache import cache_dir
 
@@ -47,8 +48,7 @@ def default_cluster_dir() -> Path:
     return cache_dir() / "cluster"
 
 
-@dataclass(frozen=True)
-class Versions:
+class Versions(Struct, frozen=True):
     kubernetes: str
     etcd: str
     kwok: str

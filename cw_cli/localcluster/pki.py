@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import datetime as _dt
 import ipaddress
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from .errors import LocalClusterError
 
 
-@dataclass(frozen=True)
-class CertPair:
+class CertPair(Struct, frozen=True):
     cert: Path
     key: Path
 
 
-@dataclass(frozen=True)
-class Pki:
+class Pki(Struct, frozen=True):
     dir: Path
     ca: CertPair
     apiserver: CertPair

@@ -10,12 +10,13 @@ import json
 import os
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from msgspec import Struct
+from msgspec.structs import asdict
 
-@dataclass(frozen=True)
-class ProcRecord:
+
+class ProcRecord(Struct, frozen=True):
     name: str
     pid: int
     start_time: int  # field 22 of /proc/<pid>/stat (clock ticks since boot)
@@ -71,7 +72,7 @@ def spawn(name: str, argv: list[str], log_path: Path, pid_dir: Path,
         os.close(devnull)
     st = _stat(pid)
     rec = ProcRecord(name, pid, st[1] if st else 0, argv[0], str(log_path))
-    (pid_dir / f"{name}.json").write_text(json.dumps(rec.__dict__))
+    (pid_dir / f"{name}.json").write_text(json.dumps(asdict(rec)))
     return rec
 
 

@@ -26,11 +26,11 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from msgspec import Struct, field
 
 from cw_cli.labels import COMPLETION_INDEX_ANNOTATION
 
@@ -238,8 +238,7 @@ def resolve_executable(argv0: str, python: str = sys.executable) -> str:
 # --------------------------------------------------------------------------- the runner
 
 
-@dataclass
-class LocalRun:
+class LocalRun(Struct):
     """A prepared local run: what will be executed, and where."""
 
     command: list[str]

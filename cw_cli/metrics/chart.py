@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -21,14 +20,12 @@ _DOT_BITS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
 COLORS = ("cyan", "magenta", "yellow", "green", "blue", "red")
 
 
-@dataclass
 class Canvas:
     """A braille canvas: which dots are set, and which series drew each cell last."""
 
-    width: int
-    height: int
-
-    def __post_init__(self) -> None:
+    def __init__(self, width: int, height: int) -> None:
+        self.width = width
+        self.height = height
         self.bits = [[0] * self.width for _ in range(self.height)]
         self.owner: list[list[int | None]] = [[None] * self.width for _ in range(self.height)]
 

@@ -23,8 +23,9 @@ import ast
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 # A dict is a trainer record only if it has one of these (Trainer.log always adds `epoch`);
 # this keeps a printed config or other dicts of numbers out.
@@ -50,8 +51,7 @@ _SIMPLE_DICT = re.compile(r"\{\s*(?:" + _ENTRY + r"\s*,\s*)*(?:" + _ENTRY + r")?
 _SIMPLE_ENTRY = re.compile(_ENTRY)
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(Struct, frozen=True):
     """One logged record: its step, kind (train, eval or summary) and numeric values."""
 
     step: int
@@ -129,8 +129,7 @@ def kind_of(values: Mapping[str, float]) -> str:
     return TRAIN
 
 
-@dataclass
-class RecordParser:
+class RecordParser(Struct):
     """Turns log lines into :class:`Record` s, one line at a time (so ``--follow`` can feed it).
 
     Attributes:
@@ -185,8 +184,7 @@ def records_from_log_history(history: Iterable[Mapping[str, Any]]) -> list[Recor
     return records
 
 
-@dataclass
-class RunMetrics:
+class RunMetrics(Struct):
     """The records of one run (or path), and where they came from.
 
     Attributes:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from msgspec import Struct, field
 
 from cw_cli import __version__
 from cw_cli.config.loader import RunConfig
@@ -92,8 +92,7 @@ from cw_cli.render.tracking import (
 DEFAULT_SERVICES_TIMEOUT_S = 1800
 
 
-@dataclass(frozen=True)
-class RunRequest:
+class RunRequest(Struct, frozen=True):
     """Everything needed to plan a run.
 
     Attributes:
@@ -127,8 +126,7 @@ class RunRequest:
     sweep: str | None = None
 
 
-@dataclass
-class Plan:
+class Plan(Struct):
     """The manifests of one run, in an order that can be applied.
 
     Attributes:
@@ -419,8 +417,7 @@ def _use_jobset(request: RunRequest, has_services: bool) -> tuple[bool, list[str
 RUNTIME_KEYS = (PIP_FILE, ENTRYPOINT_FILE, KEEPER_FILE)
 
 
-@dataclass
-class _FrameworkOutput:
+class _FrameworkOutput(Struct):
     """What the framework makes of the run's native config: the files, services and packages."""
 
     prepared: dict[str, Any]
@@ -431,8 +428,7 @@ class _FrameworkOutput:
     notices: list[str]
 
 
-@dataclass
-class _Scope:
+class _Scope(Struct):
     """What every manifest of one run is rendered with."""
 
     request: RunRequest

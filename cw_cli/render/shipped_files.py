@@ -15,9 +15,10 @@ import copy
 import os
 import re
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from cw_cli.frameworks.base import CONFIG_MOUNT
 
@@ -31,8 +32,7 @@ _KEY_UNSAFE = re.compile(r"[^-._a-zA-Z0-9]+")
 KeyPattern = tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class ShippedFile:
+class ShippedFile(Struct, frozen=True):
     """One file of the run's ConfigMap.
 
     Attributes:

@@ -161,7 +161,7 @@ def test_without_memfd_the_client_certificate_goes_through_a_private_temp_file_r
 
 @pytest.mark.parametrize("memfd", [True, False], ids=["memory", "temp-file"])
 def test_a_client_key_that_is_not_a_key_is_a_kubeconfig_error(admin_credentials, monkeypatch, memfd):
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from cw_cli.k8s.transport import ssl_context
 

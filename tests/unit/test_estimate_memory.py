@@ -15,7 +15,6 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from accelerate.commands.estimate import (  # noqa: E402
     calculate_maximum_sizes,
     estimate_training_usage,
 )
+from msgspec.structs import replace
 
 from cw_cli.estimate import (
     TrainingSetup,
