@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
-from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +94,8 @@ def _format_validation_error(error: ValidationError, source: YamlSource, origins
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             siblings = _known_fields_at(loc[:-1])
+            from difflib import get_close_matches  # only for a config with a mistake
+
             close = get_close_matches(str(loc[-1]), siblings, n=1)
             message = f"unknown field; did you mean `{close[0]}`?" if close else f"unknown field (known: {', '.join(siblings)})"
         issues.append(f"{_origin(loc, source, origins)}: `{dotted}`: {message}")
@@ -152,6 +153,8 @@ def load_run_config(
     issues: list[str] = []
     notices: list[str] = []
     for key in native:
+        from difflib import get_close_matches  # only for a config with a mistake
+
         close = get_close_matches(str(key), CLUSTER_FIELDS, n=1, cutoff=0.75)
         if close and key not in claimed and str(key) not in framework.known_native_keys():
             issues.append(f"{_origin((key,), source, origins)}: `{key}`: unknown field; did you mean `{close[0]}`?")

@@ -17,8 +17,8 @@ from pydantic.functional_validators import BeforeValidator
 
 from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 def _quantity(value: object, minimum: float = 0.0, what: str = "") -> str:
@@ -33,14 +33,15 @@ MemoryQuantity = Annotated[str, BeforeValidator(lambda value: _quantity(value, M
 
 
 #: A GPU's memory as `gpu_memory` or `--gpu-memory` write it: 80GB, 80Gi, 141GB, 81559MiB, a number of GiB.
-_GPU_MEMORY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(|g|gb|gi|gib|m|mb|mi|mib|t|tb|ti|tib)\s*$", re.IGNORECASE)
+#: Compiled on first use (by ``re``'s own cache): few configs set gpu_memory.
+_GPU_MEMORY = r"(?i)\s*([0-9]*\.?[0-9]+)\s*(|g|gb|gi|gib|m|mb|mi|mib|t|tb|ti|tib)\s*"
 
 
 def _gpu_memory(value: object) -> object:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError("must be a memory size such as 80GB, 80Gi or 81559MiB")
     text = str(value).strip()
-    match = _GPU_MEMORY.match(text)
+    match = re.fullmatch(_GPU_MEMORY, text)
     if not match or float(match.group(1)) <= 0:
         raise ValueError(f"{text!r} is not a memory size such as 80GB, 80Gi or 81559MiB (a bare number is GiB)")
     return text
@@ -87,7 +88,7 @@ def image_problem(value: object) -> str | None:
 
 
 #: What the API server accepts as a ConfigMap key (and so as a shipped file's name).
-_CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+_CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
 
 def _shipped_name(entry: object) -> object:
@@ -96,7 +97,7 @@ def _shipped_name(entry: object) -> object:
     import posixpath
 
     name = posixpath.basename(entry.rstrip("/"))
-    if not _CONFIGMAP_KEY.match(name) or name in (".", "..") or name.startswith(".."):
+    if not _CONFIGMAP_KEY.fullmatch(name) or name in (".", "..") or name.startswith(".."):
         shown = entry if len(entry) <= 60 else entry[:60] + "..."
         raise ValueError(
             f"{shown!r}: the file is shipped under its name, which must be a valid ConfigMap key (letters, digits, "
@@ -109,7 +110,7 @@ ShippedName = Annotated[str, BeforeValidator(_shipped_name)]
 
 
 def _dns_name(value: str) -> str:
-    if not _DNS_SUBDOMAIN.match(value):
+    if not _DNS_SUBDOMAIN.fullmatch(value):
         raise ValueError(f"{value!r} is not a valid Kubernetes object name (lower-case letters, digits, '-' and '.')")
     return value
 
@@ -134,7 +135,7 @@ Requirement = Annotated[str, BeforeValidator(_requirement)]
 
 def _check_variable_names(variables: Mapping[str, object]) -> None:
     for name in variables:
-        if not _ENV_NAME.match(name):
+        if not _ENV_NAME.fullmatch(name):
             raise ValueError(f"{name!r} is not a valid environment variable name")
 
 

@@ -6,7 +6,7 @@ import math
 import re
 
 _QUANTITY = re.compile(
-    r"^(?P<number>\d+(\.\d+)?|\.\d+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE](?P<exponent>\d+))?$"
+    r"(?P<number>\d+(\.\d+)?|\.\d+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE](?P<exponent>\d+))?"
 )
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -39,7 +39,7 @@ def parse_quantity(value: str | int | float) -> float:
     """
     text = str(value).strip()
     shown = text if len(text) <= _MAX_LENGTH else text[:_MAX_LENGTH] + "..."
-    match = _QUANTITY.match(text) if len(text) <= _MAX_LENGTH else None
+    match = _QUANTITY.fullmatch(text) if len(text) <= _MAX_LENGTH else None
     if not match:
         raise ValueError(f"{shown!r} is not a Kubernetes quantity (examples: 32, 500m, 64Gi, 1Ti)")
     number = float(match["number"])
@@ -83,7 +83,8 @@ def normalize_quantity(value: str | int | float, minimum: float = 0.0, what: str
     return text
 
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
+#: Compiled on first use (by ``re``'s own cache): most commands take no duration.
+_DURATION = r"(\d+(?:\.\d+)?)([smhd]?)"
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 3600}
 
 
@@ -93,7 +94,7 @@ def parse_duration(text: str, option: str) -> int:
     Raises:
         ConfigError: Not such a duration.
     """
-    match = _DURATION.match(text.strip())
+    match = re.fullmatch(_DURATION, text.strip())
     seconds = int(float(match.group(1)) * _UNIT_SECONDS[match.group(2)]) if match else 0
     if seconds < 1:
         from cw_cli.errors import ConfigError

@@ -432,7 +432,8 @@ def _check_toml_shape(path: Path, data: dict[str, Any]) -> None:
         stack.extend((child, depth + 1) for child in children)
 
 
-_TOML_KEY = re.compile(r"""^\s*(\[\[?\s*(?P<table>[^\]]+?)\s*\]\]?|(?P<key>[A-Za-z0-9_.-]+|"[^"]*")\s*=)""")
+#: Compiled on first use (by ``re``'s own cache): only a TOML config is read by lines.
+_TOML_KEY = r"""^\s*(\[\[?\s*(?P<table>[^\]]+?)\s*\]\]?|(?P<key>[A-Za-z0-9_.-]+|"[^"]*")\s*=)"""
 
 
 def _toml_lines(text: str) -> dict[KeyPath, int]:
@@ -440,7 +441,7 @@ def _toml_lines(text: str) -> dict[KeyPath, int]:
     lines: dict[KeyPath, int] = {}
     table: KeyPath = ()
     for number, line in enumerate(text.splitlines(), start=1):
-        match = _TOML_KEY.match(line)
+        match = re.match(_TOML_KEY, line)
         if not match:
             continue
         if match.group("table"):

@@ -54,7 +54,7 @@ OBJECT_METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;
 #: CW_REQUEST_TIMEOUT overrides the read part, e.g. for a slow link.
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 30.0
-_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class ClusterTarget(Struct, frozen=True):
@@ -377,7 +377,7 @@ def connect(target: ClusterTarget) -> Kube:
     except OSError as exc:
         raise ClusterUnreachable(f"cannot read the kubeconfig: {exc}", hint="set KUBECONFIG to a readable file") from None
     namespace = target.namespace or kube_namespace or "default"
-    if not _NAMESPACE.match(namespace):  # it becomes part of every URL path
+    if not _NAMESPACE.fullmatch(namespace):  # it becomes part of every URL path
         raise ConfigError([f"namespace {namespace!r} is not a valid namespace name"], hint="use lower-case letters, digits and '-'")
     return Kube(transport, namespace)
 

@@ -45,7 +45,7 @@ RUN_KINDS = ("JobSet", "Job", "Deployment", "Service", "ConfigMap", "NetworkPoli
 NAMED_KINDS = {"ConfigMap": "config", "NetworkPolicy": "network"}
 
 
-_LABEL_VALUE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def run_selector(run_name: str | None = None) -> str:
@@ -58,7 +58,7 @@ def run_selector(run_name: str | None = None) -> str:
     selector = managed_selector()
     if run_name is None:
         return selector
-    if not _LABEL_VALUE.match(run_name):
+    if not _LABEL_VALUE.fullmatch(run_name):
         raise ConfigError([f"{run_name!r} is not a run name"], hint="`cw list` shows the runs")
     return f"{selector},{RUN_LABEL}={run_name}"
 
@@ -285,7 +285,7 @@ def sweep_runs(kube: Kube, sweep: str) -> list[str]:
     Raises:
         ConfigError: ``sweep`` is not a name (a crafted one must never widen the selector).
     """
-    if not _LABEL_VALUE.match(sweep):
+    if not _LABEL_VALUE.fullmatch(sweep):
         raise ConfigError([f"{sweep!r} is not a sweep name"], hint="`cw list` shows the runs and their sweeps")
     selector = f"{run_selector()},{SWEEP_LABEL}={sweep}"
     return sorted({(o["metadata"].get("labels") or {}).get(RUN_LABEL, "") for o in kube.list("ConfigMap", selector)} - {""})

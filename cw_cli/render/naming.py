@@ -10,7 +10,7 @@ from cw_cli.errors import ConfigError
 
 MAX_RUN_NAME = 40  # leaves room for "-<role>" and the "-<index>-<5 chars>" Kubernetes adds to pod names
 SUFFIX_LENGTH = 5
-_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _ALPHABET = string.ascii_lowercase + string.digits
 
 
@@ -40,7 +40,7 @@ def validate_run_name(name: str) -> str:
         ConfigError: Not a DNS-1123 label starting with a letter, or too long; the hint offers a
             valid spelling.
     """
-    if len(name) <= MAX_RUN_NAME and _LABEL.match(name):
+    if len(name) <= MAX_RUN_NAME and _LABEL.fullmatch(name):
         return name
     suggestion = sanitize(name)[:MAX_RUN_NAME].rstrip("-")
     raise ConfigError(

@@ -8,7 +8,6 @@ user's string stay inside that string. The result is parsed and checked anyway.
 from __future__ import annotations
 
 import json
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -33,15 +32,16 @@ class TemplateError(CwError):
     """A template is missing, broken, or rendered something that is not the expected object."""
 
 
-# Characters JSON leaves alone but YAML treats as line breaks or refuses (DEL, C1 controls, BOM).
-_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
+# Characters JSON leaves alone but YAML treats as line breaks or refuses (DEL, C1 controls, BOM),
+# written as JSON escapes. (A translation table: compiling the equivalent regex cost every render.)
+_YAML_UNSAFE = {code: f"\\u{code:04x}" for code in (*range(0x7F, 0xA0), 0x2028, 0x2029, 0xFEFF, 0xFFFE, 0xFFFF)}
 
 
 def _to_json(value: Any) -> str:
     if isinstance(value, jinja2.Undefined):
         value._fail_with_undefined_error()  # StrictUndefined raises here
     text = json.dumps(value, ensure_ascii=False, sort_keys=False)
-    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text.translate(_YAML_UNSAFE)
 
 
 def _with_component(labels: dict[str, str], component: str) -> dict[str, str]:
