@@ -261,8 +261,6 @@ def trl_keys() -> dict[str, Any]:
 
 def _unknown_keys(native: dict[str, Any], training_type: TrainingType) -> list[str]:
     """Keys `trl` would hand to `accelerate launch`, which stops at any option it does not know."""
-    from difflib import get_close_matches
-
     keys = trl_keys()
     known = set(keys[training_type.value]) | set(keys["launcher"])
     if _inline_chat_template(native, training_type):
@@ -270,6 +268,8 @@ def _unknown_keys(native: dict[str, Any], training_type: TrainingType) -> list[s
     problems = []
     # FOREIGN_KEYS have their own message; RENAMED_KEYS are translated by upgrade_config.
     for key in sorted(set(map(str, native)) - known - set(FOREIGN_KEYS) - set(RENAMED_KEYS)):
+        from difflib import get_close_matches  # only for a config with a mistake
+
         close = get_close_matches(key, sorted(known), n=1, cutoff=0.8)  # typos only, not guesses
         fix = f"is not an option of `trl {training_type.value}` (TRL {keys['trl']})" + (
             f"; did you mean `{close[0]}`?" if close else "; it is read by another project's script, not by `trl`"
