@@ -153,10 +153,12 @@ def load_run_config(
     issues: list[str] = []
     notices: list[str] = []
     for key in native:
-        from difflib import get_close_matches  # only for a config with a mistake
+        if key in claimed or str(key) in framework.known_native_keys():
+            continue
+        from difflib import get_close_matches  # only for a key the framework does not know
 
         close = get_close_matches(str(key), CLUSTER_FIELDS, n=1, cutoff=0.75)
-        if close and key not in claimed and str(key) not in framework.known_native_keys():
+        if close:
             issues.append(f"{_origin((key,), source, origins)}: `{key}`: unknown field; did you mean `{close[0]}`?")
 
     for key_path, problem in _image_problems(cluster_part):  # before the flags: only what the config writes

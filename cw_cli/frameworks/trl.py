@@ -71,6 +71,9 @@ class TRLFramework(BaseTrainingFramework):
     def default_image(self, training_type: TrainingType) -> str:
         return TRL_IMAGE
 
+    def known_native_keys(self) -> frozenset[str]:
+        return every_trl_key()  # what `trl` reads is no misspelt cw field, whatever it looks like
+
     def required_keys(self, training_type: TrainingType) -> list[tuple[str, ...]]:
         keys: list[tuple[str, ...]] = [("model_name_or_path",), ("dataset_name", "datasets")]
         return keys
@@ -257,6 +260,13 @@ def trl_keys() -> dict[str, Any]:
     import json  # lazily, like everything only validation needs: `cw --help` stays fast
 
     return json.loads(KEYS_FILE.read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=1)
+def every_trl_key() -> frozenset[str]:
+    """Keys `trl` reads for any training type, and `accelerate launch`'s."""
+    keys = trl_keys()
+    return frozenset(key for part in [*(t.value for t in TrainingType), "launcher"] for key in keys.get(part, ()))
 
 
 def _unknown_keys(native: dict[str, Any], training_type: TrainingType) -> list[str]:
