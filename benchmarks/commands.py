@@ -3,6 +3,7 @@
 Usage:
     python benchmarks/commands.py --kubectl PATH [--torchx PATH] [--runs 15] [--background 1000]
         [--kubeconfig FILE --context CTX]
+    python benchmarks/commands.py --offline [--runs 41]
 
 Each pair runs alternately (cw, peer, cw, peer, ...) so both see the same machine load; the table
 gives medians and the ratio cw / peer. Without --kubeconfig it uses the current kubeconfig's
@@ -25,6 +26,11 @@ a development environment with torch and 130 packages makes pydantic's plugin sc
 kubectl: build it from the same Kubernetes modules as the local cluster, e.g.
 `cd tools/k8s && go build -o ~/.cache/cw/bin/kubectl k8s.io/kubernetes/cmd/kubectl`.
 torchx: `python -m venv ~/.cache/cw/venvs/torchx && ~/.cache/cw/venvs/torchx/bin/pip install torchx kubernetes`.
+
+`--offline` times only the rows that need no cluster (help, the dry run and its floor), and should
+run with the local cluster stopped: on 2 cores its processes (etcd, the API server, controllers)
+slow a short process by about as much as a long one, which pulled the dry run's ratio from
+0.30 to 0.31-0.37 in the full table.
 """
 
 from __future__ import annotations
@@ -121,7 +127,8 @@ def _row(label: str, mine: float, theirs: float | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kubectl", required=True)
+    parser.add_argument("--kubectl", help="required unless --offline")
+    parser.add_argument("--offline", action="store_true", help="only the rows that need no cluster")
     parser.add_argument("--torchx", default=str(Path.home() / ".cache/cw/venvs/torchx/bin/torchx"))
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--background", type=int, default=1000, help="runs in the namespace for status/logs/list")
@@ -130,6 +137,8 @@ def main() -> None:
     parser.add_argument("--cw-venv", default=str(Path.home() / ".cache/cw/venvs/cw-bench"), help="cw's own venv (made if missing)")
     parser.add_argument("--in-place", action="store_true", help="time the cw of this interpreter instead")
     args = parser.parse_args()
+    if not args.offline and not args.kubectl:
+        parser.error("--kubectl is required (or --offline)")
 
     from cw_cli import api
 
@@ -143,27 +152,34 @@ def main() -> None:
     env["KUBECONFIG"] = args.kubeconfig
     if args.in_place:
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "cw_cli")], check=True, capture_output=True)
-    kubectl = [args.kubectl, "--context", args.context, "-n", namespace]
-    scope = ["--context", args.context, "-n", namespace]
-    session = api.Session(context=args.context, namespace=namespace, kubeconfig=args.kubeconfig)
-    session.kube.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     folder = Path(tempfile.mkdtemp(prefix="cw-bench-"))
     config = folder / "sft.yaml"
     import yaml
 
     config.write_text(yaml.safe_dump(CONFIG))
-    rows = []
+    torchx_dry_run: Command | None = (lambda i: [torchx, "run", "-s", "kubernetes", "-cfg", "queue=default", "--dryrun",
+                                                 "--workspace", "", "utils.echo", "--msg", "hi"]) if torchx else None  # fmt: skip
+    dry_run_floor: Command = lambda i: [python, "-c", floor_code("click, yaml, jinja2", validates=True)]  # noqa: E731
+    rows = [
+        paired("cw --help | torchx --help", lambda i: [*cw, "--help"], (lambda i: [torchx, "--help"]) if torchx else None,
+               args.runs, env),
+        paired("dry run | torchx --dryrun", lambda i: [*cw, "trl", "sft", str(config), "--dry-run", "--name", "d"],
+               torchx_dry_run, args.runs, env),
+    ]  # fmt: skip
+    if args.offline:
+        rows.append(paired("floor of a dry run | torchx --dryrun", dry_run_floor, torchx_dry_run, args.runs, env))
+        shutil.rmtree(folder, ignore_errors=True)
+        _print_table(rows, args.runs)
+        return
+    kubectl = [args.kubectl, "--context", args.context, "-n", namespace]
+    scope = ["--context", args.context, "-n", namespace]
+    session = api.Session(context=args.context, namespace=namespace, kubeconfig=args.kubeconfig)
+    session.kube.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     try:
         for _ in range(100):  # the namespace's default ServiceAccount comes from the controller manager
             if session.kube.get("ServiceAccount", "default") is not None:
                 break
             time.sleep(0.1)
-        rows.append(paired("cw --help | torchx --help", lambda i: [*cw, "--help"],
-                           (lambda i: [torchx, "--help"]) if torchx else None, args.runs, env))  # fmt: skip
-        torchx_dry_run: Command | None = (lambda i: [torchx, "run", "-s", "kubernetes", "-cfg", "queue=default", "--dryrun",
-                                                     "--workspace", "", "utils.echo", "--msg", "hi"]) if torchx else None  # fmt: skip
-        rows.append(paired("dry run | torchx --dryrun", lambda i: [*cw, "trl", "sft", str(config), "--dry-run", "--name", "d"],
-                           torchx_dry_run, args.runs, env))  # fmt: skip
 
         manifests = []
         for i in range(args.runs):
@@ -192,12 +208,12 @@ def main() -> None:
             fresh.append(path)
         # (label, what the libraries' Python runs, the peer, whether to warm up: not for a peer that creates)
         floors: list[tuple[str, str, Command | None, bool]] = [
-            ("floor of a dry run | torchx --dryrun", floor_code("click, yaml, jinja2", validates=True), torchx_dry_run, True),
             ("floor of a submit | kubectl apply -f", floor_code("click, yaml, jinja2, http.client, ssl", validates=True),
              lambda i: [*kubectl, "apply", "-f", str(fresh[i])], False),
             ("floor of status | kubectl get job,pods", floor_code("click, yaml, http.client, ssl", validates=False),
              lambda i: [*kubectl, "get", "job,pods", "-l", "cw-cli.dev/run=s0"], True),
         ]  # fmt: skip
+        rows.append(paired("floor of a dry run | torchx --dryrun", dry_run_floor, torchx_dry_run, args.runs, env))
         for label, source, peer, warm_up in floors:
             importing: Command = lambda i, code=source: [python, "-c", code]  # noqa: E731
             rows.append(paired(label, importing, peer, args.runs, env, warm_up=warm_up))
@@ -222,7 +238,11 @@ def main() -> None:
     finally:
         session.kube.request("DELETE", f"/api/v1/namespaces/{namespace}")
         shutil.rmtree(folder, ignore_errors=True)
-    print(f"medians of {args.runs} paired runs, ms ({os.cpu_count()} cores)")
+    _print_table(rows, args.runs)
+
+
+def _print_table(rows: list[tuple[str, float, float | None]], runs: int) -> None:
+    print(f"medians of {runs} paired runs, ms ({os.cpu_count()} cores)")
     print(f"| {'command | peer':44} | {'cw':>7} | {'peer':>7} | ratio |")
     print(f"|{'-' * 46}|{'-' * 9}|{'-' * 9}|-------|")
     for label, mine, theirs in rows:
