@@ -548,12 +548,15 @@ def pods_refused(kube: Kube, kind: str, obj: dict[str, Any], events: list[dict[s
 
     A Deployment carries it as its ``ReplicaFailure`` condition; a Job only as a ``FailedCreate``
     event (``events``: the namespace's, from :func:`failed_create_events`; read here when not
-    given). Either way no pod will ever appear, so waiting longer is pointless.
+    given), read only for a Job that may lack its pods (:func:`may_lack_pods`). Either way no pod
+    will ever appear, so waiting longer is pointless.
     """
     if kind == "Deployment":
         for condition in (obj.get("status") or {}).get("conditions") or []:
             if condition.get("type") == "ReplicaFailure" and condition.get("status") == "True":
                 return str(condition.get("message") or condition.get("reason") or "ReplicaFailure")
+        return None
+    if not may_lack_pods(obj):  # running, finished or queued: no events read (each read scans the namespace's)
         return None
     uid = obj["metadata"].get("uid")
     if events is None:
@@ -673,7 +676,7 @@ def run_status(kube: Kube, run_name: str) -> RunView:
         view.pods.append(pod_view)
     for job in jobs:
         view.queue = later[f"queue/{job['metadata']['name']}"]
-        refused = pods_refused(kube, "Job", job, refusals) if may_lack_pods(job) else None
+        refused = pods_refused(kube, "Job", job, refusals)
         if refused:
             view.problems.append(f"the cluster refuses to create the trainer's pods: {refused}")
     view.problems += [e.line() for e in view.explanations]
@@ -746,7 +749,7 @@ def _gang_status(
         return
     view.queue = queue
     for job in jobs:
-        refused = pods_refused(kube, "Job", job, refusals) if may_lack_pods(job) else None
+        refused = pods_refused(kube, "Job", job, refusals)
         if refused:
             view.problems.append(f"the cluster refuses to create the pods of {job['metadata']['name']}: {refused}")
     statuses = {s["name"]: s for s in (jobset.get("status") or {}).get("replicatedJobsStatus") or []}

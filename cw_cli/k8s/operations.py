@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 from cw_cli.errors import NotFound, Rejected, RunFailed, WaitTimeout
 from cw_cli.k8s.connection import Kube
-from cw_cli.k8s.inspect import explain_pending, find_pod, may_lack_pods, pods_refused, run_objects, run_selector, state_of
+from cw_cli.k8s.inspect import explain_pending, find_pod, pods_refused, run_objects, run_selector, state_of
 
 Progress = Callable[[str], None]
 
@@ -114,9 +114,7 @@ def _trainer_refused(kube: Kube, kind: str, name: str, owner: dict) -> str | Non
     from cw_cli.render.jobset import TRAINER, child_job_name
 
     job = owner if kind == "Job" else kube.get("Job", child_job_name(name, TRAINER))
-    if job is None or not may_lack_pods(job):  # e.g. queued by Kueue: no events read on every poll
-        return None
-    return pods_refused(kube, "Job", job)
+    return pods_refused(kube, "Job", job) if job is not None else None
 
 
 def _split_timestamp(line: str) -> tuple[str, str]:

@@ -264,7 +264,7 @@ def wait_for_gang_servers(
         Rejected: The cluster refuses to create a server's pods.
         WaitTimeout: Not all Ready within the timeout.
     """
-    from cw_cli.k8s.inspect import may_lack_pods, pods_refused
+    from cw_cli.k8s.inspect import pods_refused
     from cw_cli.render.jobset import child_job_name
 
     def read(wanted: list[str]) -> dict[str, tuple[bool, str | None]]:
@@ -277,7 +277,7 @@ def wait_for_gang_servers(
                 states[name] = (True, None)
                 continue
             job = kube.get("Job", child_job_name(jobset_name, role))
-            states[name] = (False, pods_refused(kube, "Job", job) if job and may_lack_pods(job) else None)
+            states[name] = (False, pods_refused(kube, "Job", job) if job else None)
         return states
 
     names = [f"{jobset_name}-{role}" for role in roles]
