@@ -24,6 +24,9 @@ SWEEP_LABEL = "cw-cli.dev/sweep"
 LIFETIME_ANNOTATION = "cw-cli.dev/lifetime-seconds"
 WANDB_URL_ANNOTATION = "cw-cli.dev/wandb-url"
 TENSORBOARD_ANNOTATION = "cw-cli.dev/tensorboard-dir"
+#: On a run's ConfigMap: the kinds of the run's objects (``Job,NetworkPolicy``), so `cw status`
+#: reads those kinds only instead of listing every kind a run may have.
+KINDS_ANNOTATION = "cw-cli.dev/kinds"
 
 # Other projects' keys cw writes or reads.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

@@ -5,7 +5,6 @@ Adding a field is fine; renaming or removing one breaks scripts, so tests/unit p
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +100,8 @@ def list_dict(views: list[RunView], now: datetime | None = None) -> dict[str, An
 def dump(data: dict[str, Any], output: str) -> str:
     """``data`` as JSON (indented) or YAML, ending in a newline."""
     if output == "json":
+        import json  # only for -o json: a table needs none
+
         return json.dumps(data, indent=2) + "\n"
     import yaml
 

@@ -22,6 +22,7 @@ from cw_cli.labels import (
     COMPONENT_LABEL,
     GPU_RESOURCE,
     JOBSET_NAME_LABEL,
+    KINDS_ANNOTATION,
     KUEUE_QUEUE_LABEL,
     LIFETIME_ANNOTATION,
     MANAGED_BY,
@@ -597,27 +598,35 @@ def _preemption_events(kube: Kube) -> list[dict[str, Any]]:
 def run_status(kube: Kube, run_name: str) -> RunView:
     """The run's Job, pods and services, with a reason for each pod that is stuck.
 
-    Two rounds of reads, each at once: the run's objects and pods; then only what those call for
-    (log tails of failed containers, the nodes for Pending pods, the Kueue queue, a JobSet's Jobs
-    and, for a run that needs explaining, the namespace's Preempted events and, where a Job may
-    lack its pods, its FailedCreate events). Objects and pods are selected by the run's labels
-    from the API server's cache. Events have no cache there: every events read scans the
-    namespace's events in etcd, so a run that is running with every pod ready, or finished, reads
-    none, a queued one reads no FailedCreate events, and a Pending pod is explained from its own
-    PodScheduled condition.
+    Rounds of reads, each at once. First the run's ConfigMap, NetworkPolicy and trainer Job by
+    name and its pods by label; then the other kinds the ConfigMap records (:func:`recorded_kinds`:
+    none for a plain run; every kind a run may have where it records none); then only what those
+    call for (log tails of failed containers, the nodes for Pending pods, the Kueue queue, a
+    JobSet's Jobs and, for a run that needs explaining, the namespace's Preempted events and,
+    where a Job may lack its pods, its FailedCreate events). Pods and other kinds are selected by
+    the run's labels from the API server's cache. Events have no cache there: every events read
+    scans the namespace's events in etcd, so a run that is running with every pod ready, or
+    finished, reads none, a queued one reads no FailedCreate events, and a Pending pod is
+    explained from its own PodScheduled condition.
 
     Raises:
         NotFound: No object of that run in the namespace.
     """
     selector = run_selector(run_name)
     names = object_names(run_name)
-    listed = tuple(kind for kind in RUN_KINDS if kind not in NAMED_KINDS)
     fetched = gather({
-        **_object_calls(kube, selector, False, listed, WHOLE_KINDS),
         **{kind: partial(_named_object, kube, kind, names[suffix], run_name) for kind, suffix in NAMED_KINDS.items()},
+        # Most runs are one trainer Job: read it by name with the first round, whole.
+        "Job": partial(_named_object, kube, "Job", names["trainer"], run_name, whole=True),
         "Pod": lambda: kube.list("Pod", selector),
     })  # fmt: skip
-    objects = [(kind, obj) for kind in RUN_KINDS for obj in fetched[kind]]
+    recorded = recorded_kinds(fetched["ConfigMap"])
+    if recorded is None:  # launched by a cw that did not record them, or its ConfigMap is gone: every kind
+        rest = tuple(kind for kind in RUN_KINDS if kind not in NAMED_KINDS)
+    else:
+        rest = tuple(kind for kind in RUN_KINDS if kind in recorded and kind not in fetched)
+    fetched.update(gather(_object_calls(kube, selector, False, rest, WHOLE_KINDS)))
+    objects = [(kind, obj) for kind in RUN_KINDS for obj in fetched.get(kind, [])]
     runs, owners = _collect_runs(objects, kube.namespace)
     view = runs.get((kube.namespace, run_name))
     if view is None:
@@ -705,14 +714,25 @@ def may_lack_pods(job: dict[str, Any]) -> bool:
     return not (status.get("active") or (job.get("spec") or {}).get("suspend") or finished)
 
 
-def _named_object(kube: Kube, kind: str, name: str, run_name: str) -> list[dict[str, Any]]:
-    """The run's object of ``kind`` read by name (metadata only), as a list like a selected list's:
-    empty when it is missing or does not carry the labels :func:`run_selector` selects."""
-    obj = kube.get_metadata(kind, name)
+def _named_object(kube: Kube, kind: str, name: str, run_name: str, whole: bool = False) -> list[dict[str, Any]]:
+    """The run's object of ``kind`` read by name (metadata only unless ``whole``), as a list like a
+    selected list's: empty when it is missing or does not carry the labels :func:`run_selector` selects."""
+    obj = kube.get(kind, name) if whole else kube.get_metadata(kind, name)
     labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
     if obj is None or labels.get(RUN_LABEL) != run_name or labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
         return []
     return [obj]
+
+
+def recorded_kinds(config_map: list[dict[str, Any]]) -> frozenset[str] | None:
+    """The kinds of a run's objects as its ConfigMap records them (:data:`KINDS_ANNOTATION`), or
+    None where there is no such record to trust: no ConfigMap, or one from an older cw."""
+    if not config_map:
+        return None
+    value = (config_map[0]["metadata"].get("annotations") or {}).get(KINDS_ANNOTATION)
+    if not isinstance(value, str) or not value:
+        return None
+    return frozenset(value.split(","))
 
 
 def _troubled(view: RunView, pods: list[dict[str, Any]]) -> bool:

@@ -14,7 +14,6 @@ so the caller can fall back to it and behave as before.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
 import time
@@ -287,6 +286,8 @@ def _exec_plugin(name: str, entry: _Entry, cluster: dict[str, Any]) -> ExecPlugi
     )
     info = None
     if spec.get("provideClusterInfo"):
+        import json  # exec plugins only: most kubeconfigs have none
+
         info = json.dumps(_exec_cluster(cluster), sort_keys=True)
     return ExecPlugin(command, tuple(str(a) for a in spec.get("args") or []), env, api_version,
                       str(spec.get("installHint") or ""), info)  # fmt: skip
@@ -394,6 +395,7 @@ def run_exec_plugin(plugin: ExecPlugin) -> dict[str, Any]:
     Raises:
         KubeconfigError: The command is missing or fails, or its output is not a credential.
     """
+    import json
     import subprocess
     import sys
 
@@ -419,6 +421,8 @@ def run_exec_plugin(plugin: ExecPlugin) -> dict[str, Any]:
 
 
 def _exec_output(stdout: bytes, plugin: ExecPlugin) -> dict[str, Any]:
+    import json
+
     try:
         data = json.loads(stdout)
     except ValueError as exc:

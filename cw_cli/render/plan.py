@@ -46,6 +46,7 @@ from cw_cli.labels import (
     COMPONENT_LABEL,
     GPU_RESOURCE,
     INSTANCE_LABEL,
+    KINDS_ANNOTATION,
     KUEUE_QUEUE_LABEL,
     LIFETIME_ANNOTATION,
     MANAGED_BY,
@@ -507,7 +508,19 @@ def build_plan(request: RunRequest) -> Plan:
         plan.owner_kind = "ConfigMap"
     if plan.trainer_job is not None:
         _link_tracking(plan, request, context)
+    _record_kinds(plan)
     return plan
+
+
+def _record_kinds(plan: Plan) -> None:
+    """Name the kinds of the run's objects on its ConfigMap, which `cw status` reads first by name:
+    it then lists those kinds only, not each of the nine a run may have (a plain run has three)."""
+    kinds = sorted({manifest["kind"] for manifest in plan.manifests})
+    name = object_names(plan.run_name)["config"]
+    for manifest in plan.manifests:
+        if manifest["kind"] == "ConfigMap" and manifest["metadata"]["name"] == name:
+            metadata = manifest["metadata"]
+            metadata["annotations"] = {**(metadata.get("annotations") or {}), KINDS_ANNOTATION: ",".join(kinds)}
 
 
 def _framework_output(request: RunRequest, context: RunContext) -> _FrameworkOutput:

@@ -171,7 +171,10 @@ def test_plugin_renders_its_own_template_and_the_builtin_ones(registry, tmp_path
     plan = build_plan(RunRequest(loaded, training_type, config, "plug-run"))
     job, configmap, policy = plan.manifests
     assert policy["kind"] == "NetworkPolicy"  # from the built-in template: the plugin has none
-    assert configmap["metadata"]["annotations"] == {"goodfw.example.com/rendered-by": "goodfw's own template"}
+    assert configmap["metadata"]["annotations"] == {  # the plugin's own, and the kinds cw records beside it
+        "goodfw.example.com/rendered-by": "goodfw's own template",
+        "cw-cli.dev/kinds": "ConfigMap,Job,NetworkPolicy",
+    }
     assert yaml.safe_load(configmap["data"]["config.yaml"]) == {"model": "tiny", "epochs": 3}
     trainer = job["spec"]["template"]["spec"]["containers"][0]
     assert trainer["image"] == "example.com/goodfw:1.0"
