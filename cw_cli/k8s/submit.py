@@ -10,7 +10,7 @@ from typing import Any
 
 from msgspec import Struct, field
 
-from cw_cli.errors import ClusterUnreachable, Conflict, CwError, Interrupted, NotFound, Rejected, WaitTimeout
+from cw_cli.errors import ClusterUnreachable, Conflict, CwError, Forbidden, Interrupted, NotFound, Rejected, WaitTimeout
 from cw_cli.k8s.connection import Kube
 from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S, Plan
 
@@ -56,29 +56,27 @@ def _pod_specs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def preflight(kube: Kube, plan: Plan) -> None:
-    """Refuse a run that cannot work, before creating anything.
+    """Refuse a run whose Secrets or volume claims are missing, before creating anything.
+
+    A run that names none reads nothing here: creating its owner says whether the namespace
+    exists and whether the run does (:func:`launch`), which spares a plain run four reads.
 
     Raises:
-        NotFound: The namespace, a named Secret or the checkpoint PVC does not exist.
-        Conflict: An object of this run already exists.
+        NotFound: The namespace, a named Secret or a named PVC does not exist.
     """
     from cw_cli.k8s.inspect import gather
 
     secrets, claims = _secret_and_volume_names(plan)
+    if not secrets and not claims:
+        return
     # Every read at once (on a remote cluster each is a round trip); the checks below then
     # report in the same order as reading one by one would.
     reads: dict[str, Any] = {"namespace": partial(_namespace_exists, kube)}
     reads.update({f"Secret/{name}": partial(kube.get, "Secret", name) for name in sorted(secrets)})
     reads.update({f"PersistentVolumeClaim/{name}": partial(kube.get, "PersistentVolumeClaim", name) for name in sorted(claims)})
-    for manifest in plan.manifests:
-        kind, name = manifest["kind"], manifest["metadata"]["name"]
-        reads[f"run:{kind}/{name}"] = partial(kube.get, kind, name)
     found = gather(reads)
     if not found["namespace"]:
-        raise NotFound(
-            f"namespace {kube.namespace!r} does not exist",
-            hint=f"create it (kubectl create namespace {kube.namespace}) or pick another with -n",
-        )
+        raise _no_namespace(kube)
     for name in sorted(secrets):
         if found[f"Secret/{name}"] is None:
             raise NotFound(
@@ -92,13 +90,28 @@ def preflight(kube: Kube, plan: Plan) -> None:
                 f"`hf_cache_volume`) does not exist in namespace {kube.namespace!r}",
                 hint=f"create it (kubectl -n {kube.namespace} get pvc lists the claims there), or name an existing one",
             )
-    for manifest in plan.manifests:
-        kind, name = manifest["kind"], manifest["metadata"]["name"]
-        if found[f"run:{kind}/{name}"] is not None:
-            raise Conflict(
-                f"run {plan.run_name!r} already exists ({kind} {name} is on the cluster)",
-                hint=f"choose another --name, or remove it first with `cw delete {plan.run_name}`",
-            )
+
+
+def _namespace_readable_and_there(kube: Kube) -> bool:
+    """After a 404 on creating the owner: False only where the namespace is known to be missing."""
+    try:
+        return _namespace_exists(kube)
+    except Forbidden:  # cannot tell: the API server's own 404 stands
+        return True
+
+
+def _no_namespace(kube: Kube) -> NotFound:
+    return NotFound(
+        f"namespace {kube.namespace!r} does not exist",
+        hint=f"create it (kubectl create namespace {kube.namespace}) or pick another with -n",
+    )
+
+
+def _run_exists(plan: Plan, kind: str, name: str) -> Conflict:
+    return Conflict(
+        f"run {plan.run_name!r} already exists ({kind} {name} is on the cluster)",
+        hint=f"choose another --name, or remove it first with `cw delete {plan.run_name}`",
+    )
 
 
 def _namespace_exists(kube: Kube) -> bool:
@@ -298,7 +311,10 @@ def launch(
     ``--services``);
     every other object gets an ownerReference to it, so deleting it removes the run. Objects are
     created, never applied over: of two launches racing for one run name the API server lets
-    exactly one create the owner, and the other stops with a Conflict having created nothing.
+    exactly one create the owner, and the other stops with a Conflict having created nothing. A
+    later object already there (left from an earlier run of the name) is a Conflict too, and the
+    owner just made is removed again; a 404 on the owner is named "namespace does not exist"
+    where the namespace is missing. So a run that names no Secret or claim reads nothing first.
 
     The Job (or JobSet) is created suspended, so no pod starts before the ConfigMap it mounts exists, and
     released as soon as every object is in place (unless Kueue admits it). From then on the run
@@ -333,11 +349,11 @@ def launch(
             try:
                 made = kube.create(body, dry_run=server_dry_run)
             except Conflict:
-                if owner_ref is None:
-                    raise Conflict(
-                        f"run {plan.run_name!r} already exists ({kind} {name} is on the cluster)",
-                        hint=f"choose another --name, or remove it first with `cw delete {plan.run_name}`",
-                    ) from None
+                # Any object of the run already there: the owner just made (if any) is removed below.
+                raise _run_exists(plan, kind, name) from None
+            except NotFound:
+                if owner_ref is None and not _namespace_readable_and_there(kube):
+                    raise _no_namespace(kube) from None
                 raise
             result.created.append(f"{kind}/{name}")
             if not server_dry_run:
@@ -352,7 +368,8 @@ def launch(
         if plan.trainer_job is not None and plan.managed_suspend:
             kube.merge_patch(plan.owner_kind, plan.trainer_job, {"spec": {"suspend": False}})
             result.released = True
-            progress(f"started {plan.owner_kind} {plan.trainer_job} (its trainer waits in the cluster until the servers answer)")
+            waits = " (its trainer waits in the cluster until the servers answer)" if plan.service_deployments or plan.gang_servers else ""
+            progress(f"started {plan.owner_kind} {plan.trainer_job}{waits}")
         # Under Kueue the run may wait in its queue for hours: cw does not wait with it.
         if plan.service_deployments and (plan.managed_suspend or plan.trainer_job is None):
             progress(f"waiting for {len(plan.service_deployments)} service(s) to be Ready")
