@@ -110,10 +110,12 @@ def installed_cw(venv: Path) -> str:
 def floor_code(libraries: str, validates: bool) -> str:
     """What a command's libraries alone cost: a Python that imports them and, for a command that
     validates a config, builds a one-field pydantic model (the least of validating with pydantic),
-    without pydantic's plugin lookup, as cw builds its models; it ends the way the cw executable
-    does, without the interpreter's teardown."""
+    without pydantic's plugin lookup and without importing its plugin loader, as cw builds its
+    models; it ends the way the cw executable does, without the interpreter's teardown."""
     model = (
-        "import os, pydantic\nos.environ['PYDANTIC_DISABLE_PLUGINS'] = '__all__'\n"
+        "import os, sys, types, pydantic\nos.environ['PYDANTIC_DISABLE_PLUGINS'] = '__all__'\n"
+        "loader = types.ModuleType('pydantic.plugin._loader')\nloader.get_plugins = lambda: ()\n"
+        "sys.modules['pydantic.plugin._loader'] = loader\n"
         "class M(pydantic.BaseModel):\n    x: int = 0\n"
     ) if validates else ""
     return f"import {libraries}\n{model}import os\nos._exit(0)\n"
