@@ -154,6 +154,7 @@ class Kube:
             what: What is being done, for error messages.
 
         Raises:
+            Rejected: ``body`` cannot be written as JSON (a key that is not a string or a number).
             ClusterUnreachable: No answer from the API server.
             CwError: The matching error for an HTTP error status.
         """
@@ -165,7 +166,14 @@ class Kube:
         headers = {"Accept": accept}
         data = None
         if body is not None:
-            data = msgspec_json.encode(body)
+            try:
+                data = msgspec_json.encode(body)
+            except TypeError as exc:  # raised as a CwError, so a launch removes what it created
+                raise Rejected(
+                    f"{what or f'{method} {path}'}: the object cannot be sent as JSON ({exc})",
+                    hint="a template wrote a key JSON cannot hold: YAML reads an unquoted on/off/yes/no/null as a "
+                    "boolean or null, so quote such keys",
+                ) from None
             headers["Content-Type"] = content_type or "application/json"
         params = [(key, value) for key, value in (query or {}).items() if value is not None]
         try:

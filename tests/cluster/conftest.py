@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,3 +199,28 @@ def queued_namespace(kueue_cluster, wait_for):
     yield api, env, namespace
     core.delete_namespace(namespace, propagation_policy="Background")
     api.close()
+
+
+@pytest.fixture
+def record_requests():
+    """``record(kube)`` starts recording (method, path) of every request ``kube`` sends, from any
+    thread, into the list it returns; the recording stops at the end of the test."""
+    recording: list = []
+
+    def record(kube) -> list[tuple[str, str]]:
+        sent: list[tuple[str, str]] = []
+        lock = threading.Lock()
+        send = type(kube).raw
+
+        def raw(method: str, path: str, **kwargs):
+            with lock:
+                sent.append((method, path))
+            return send(kube, method, path, **kwargs)
+
+        kube.raw = raw  # an instance attribute: request, get, list and create all go through self.raw
+        recording.append(kube)
+        return sent
+
+    yield record
+    for kube in recording:
+        kube.__dict__.pop("raw", None)

@@ -3,34 +3,16 @@ a plain run takes four requests, and every refusal still names its cause and lea
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from test_cw_end_to_end import SFT_CONFIG
 
 from cw_cli import api
-from cw_cli.errors import Conflict, NotFound
+from cw_cli.errors import Conflict, NotFound, Rejected
 
 
 @pytest.fixture
 def session(kube_cluster, namespace):
     return api.Session(context=kube_cluster.context, namespace=namespace, kubeconfig=kube_cluster.kubeconfig)
-
-
-def _recorded_requests(session: api.Session) -> list[tuple[str, str]]:
-    """Record (method, path) of every request the session's client sends from now on."""
-    kube = session.kube
-    sent: list[tuple[str, str]] = []
-    lock = threading.Lock()
-    send = type(kube).raw
-
-    def recording(method: str, path: str, **kwargs):
-        with lock:
-            sent.append((method, path))
-        return send(kube, method, path, **kwargs)
-
-    kube.raw = recording  # an instance attribute: request() calls self.raw
-    return sent
 
 
 def _run_objects(session: api.Session, run_name: str) -> list[str]:
@@ -39,9 +21,9 @@ def _run_objects(session: api.Session, run_name: str) -> list[str]:
             for obj in kube.list_metadata(kind, f"cw-cli.dev/run={run_name}")]  # fmt: skip
 
 
-def test_a_plain_run_is_created_in_four_requests_and_says_nothing_of_servers(session, tmp_path):
+def test_a_plain_run_is_created_in_four_requests_and_says_nothing_of_servers(session, tmp_path, record_requests):
     planned = session.plan(SFT_CONFIG, "trl", "sft", name="four-requests", gpu=1, base_dir=tmp_path)
-    sent = _recorded_requests(session)
+    sent = record_requests(session.kube)
     lines: list[str] = []
     session.submit(planned, progress=lines.append)
     kube = session.kube
@@ -86,3 +68,19 @@ def test_a_run_that_exists_is_refused_before_anything_is_created(session, tmp_pa
     assert str(raised.value) == "run 'twice' already exists (Job twice-trainer is on the cluster)"
     assert "removed" not in (raised.value.hint or ""), "nothing was created, so nothing was removed"
     assert _run_objects(session, "twice") == before
+
+
+def test_an_object_json_cannot_hold_is_rejected_and_what_was_created_is_removed(session, tmp_path):
+    """A key YAML read as a boolean (an unquoted `on:` in a template) cannot be sent: the launch
+    stops with a clear error and removes the Job and ConfigMap it had created."""
+    planned = session.plan(SFT_CONFIG, "trl", "sft", name="bool-key", gpu=1, base_dir=tmp_path)
+    policy = next(m for m in planned.manifests if m["kind"] == "NetworkPolicy")
+    policy["metadata"]["annotations"] = {True: "from an unquoted on:"}
+    with pytest.raises(Rejected) as raised:
+        session.submit(planned)
+    assert "cannot be sent as JSON" in str(raised.value) and "quote" in (raised.value.hint or "")
+    assert "removed what it had created" in (raised.value.hint or "")
+    kube = session.kube
+    job = kube.get("Job", "bool-key-trainer")
+    assert job is None or job["metadata"].get("deletionTimestamp")
+    assert kube.get("ConfigMap", "bool-key-config") is None
