@@ -33,6 +33,9 @@ MAX_ALIASES = 1000
 #: Values in a document once every alias is expanded: the "billion laughs" guard.
 MAX_NODES = 100_000
 
+#: libyaml's own refusal of a document deeper than its limit (1000 levels, from libyaml 0.2.6 on).
+_LIBYAML_DEPTH_PROBLEM = "exceeded maximum nesting depth"
+
 _TAG = "tag:yaml.org,2002:"
 #: Value types a config may hold: what JSON, TOML and the frameworks' own YAML readers share.
 _PLAIN_TAGS = frozenset(_TAG + name for name in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp"))
@@ -156,6 +159,12 @@ def _compose(text: str) -> tuple[ConfigLoader, list[yaml.Node]]:
             nodes.append(loader.get_node())
     except RecursionError:  # defence in depth: MAX_DEPTH keeps the composer far from the limit
         raise LimitExceeded(problem="nested too deeply") from None
+    except yaml.MarkedYAMLError as exc:
+        # libyaml >= 0.2.6 (PyYAML 6.0.4's wheels) stops at 1000 levels while scanning ahead in a
+        # flow collection (`[[[[...`), before the composer reaches MAX_DEPTH: the same refusal.
+        if exc.problem != _LIBYAML_DEPTH_PROBLEM:
+            raise
+        raise LimitExceeded(problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=exc.problem_mark) from None
     return loader, nodes
 
 
