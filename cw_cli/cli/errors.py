@@ -22,7 +22,12 @@ def debug_enabled() -> bool:
 
 def report(error: CwError) -> None:
     """Print an error: its line(s), a hint, and the detail under --debug."""
-    from rich.markup import escape
+    from rich.markup import escape as markup_escape
+
+    from cw_cli.cli.plain import printable
+
+    def escape(text: str) -> str:  # a message may quote the cluster or a file: no markup, no control sequences
+        return markup_escape(printable(text, lines=True))
 
     console = err()
     if isinstance(error, ConfigError) and len(error.issues) > 1:

@@ -12,9 +12,32 @@ from collections.abc import Sequence
 
 import click
 
+#: C0 controls, DEL and C1 controls -> a visible escape. ESC, CSI (U+009B) and OSC sequences in
+#: an event message, a termination message or an annotation would otherwise reach the terminal,
+#: which acts on them (rewrite the screen, set the title, write a link); kubectl escapes them too.
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+_CONTROLS_KEEPING_LINES = {code: text for code, text in _CONTROLS.items() if code not in (0x09, 0x0A)}
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` with every control character written as ``\\xNN``, for a terminal.
+
+    Args:
+        text: A value read from the cluster (a message, a name, a log line).
+        lines: Keep newlines and tabs (a multi-line message); otherwise they are escaped too, so
+            the value stays on its line or in its table cell.
+    """
+    if text.isprintable():  # the usual case, in C
+        return text
+    return text.translate(_CONTROLS_KEEPING_LINES if lines else _CONTROLS)
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Rows under headers, each column as wide as its widest cell, the last column unpadded."""
+    """Rows under headers, each column as wide as its widest cell, the last column unpadded.
+
+    Cells are made :func:`printable`: they come from the cluster.
+    """
+    rows = [[printable(str(cell)) for cell in row] for row in rows]
     widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
 
     def line(cells: Sequence[str]) -> str:

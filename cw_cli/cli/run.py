@@ -12,7 +12,7 @@ from msgspec import Struct
 
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import context_option, namespace_option
-from cw_cli.cli.plain import say
+from cw_cli.cli.plain import printable, say
 from cw_cli.frameworks.registry import FrameworkRegistry
 
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a command needs the cluster
@@ -215,7 +215,7 @@ def _sweep(
     say(f"sweep {click.style(planned.name, bold=True)}: {len(planned.runs)} runs in namespace {session.namespace} ({session.kube.host})")
     with _termination_as_interrupt():
         runs = session.submit_sweep(
-            planned, resume=resume_sweep, progress=lambda line: say(f"  {line}"),
+            planned, resume=resume_sweep, progress=lambda line: say(f"  {printable(line, lines=True)}"),
             check_memory=True, force=memory.force, gpu_memory=memory.gpu_memory,
         )  # fmt: skip
     say(f"next: cw list --sweep {planned.name}   cw delete --sweep {planned.name}")
@@ -228,7 +228,7 @@ def _sweep(
             say(f"  {run.name}: {click.style('succeeded', fg='green')}")
         except RunFailed as exc:
             failed.append(run.name)
-            say(f"  {run.name}: {click.style(exc.message, fg='red')}")
+            say(f"  {run.name}: {click.style(printable(exc.message, lines=True), fg='red')}")
     if failed:
         raise RunFailed(f"{len(failed)} of {len(runs)} runs of sweep {planned.name} failed: {', '.join(failed)}")
     say(f"all {len(runs)} runs of sweep {planned.name} succeeded", fg="green")
@@ -272,7 +272,7 @@ def _apply(
     plan = planned.plan
 
     def progress(line: str) -> None:
-        say(f"  {line}")
+        say(f"  {printable(line, lines=True)}")  # may quote the cluster (an event, a server's state)
 
     # Before anything is said about the launch: a run that cannot fit is refused here, creating nothing.
     verdict: list[str] = []

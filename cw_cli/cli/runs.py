@@ -6,7 +6,7 @@ import click
 
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import context_option, kube, namespace_option, output_option, run_argument
-from cw_cli.cli.plain import echo, table
+from cw_cli.cli.plain import echo, printable, table
 
 
 def _age(created: object) -> str:
@@ -92,39 +92,42 @@ def status_command(run: str, namespace: str | None, context: str | None, output:
     if output != "table":
         click.echo(dump(status_dict(view), output), nl=False)
         return
-    bold = lambda text: click.style(text, bold=True)  # noqa: E731
-    echo(f"run {bold(view.name)}  {view.framework} {view.training_type}  state: {bold(view.state)}  GPUs: {view.gpus}")
-    echo("objects: " + ", ".join(view.objects))
+    # Everything below comes from the cluster (labels, annotations, messages, logs): printed
+    # through printable(), so no control sequence in it reaches the terminal.
+    p = printable
+    bold = lambda text: click.style(p(text), bold=True)  # noqa: E731
+    echo(f"run {bold(view.name)}  {p(view.framework)} {p(view.training_type)}  state: {bold(view.state)}  GPUs: {view.gpus}")
+    echo("objects: " + p(", ".join(view.objects)))
     if view.restarts is not None:
         echo(f"gang restarts: {view.restarts} (JobSet; each resumes from the last checkpoint)")
     if view.sweep:
-        echo(f"sweep: {view.sweep} (cw list --sweep {view.sweep})")
+        echo(f"sweep: {p(view.sweep)} (cw list --sweep {p(view.sweep)})")
     if "wandb" in view.links:
-        echo(f"W&B: {view.links['wandb']}")
+        echo(f"W&B: {p(view.links['wandb'])}")
     if "tensorboard" in view.links:
-        echo(f"TensorBoard event files: {view.links['tensorboard']} (on the checkpoint volume)")
+        echo(f"TensorBoard event files: {p(view.links['tensorboard'])} (on the checkpoint volume)")
     if view.pods:
         rows = [[p.name, p.role, p.rank or "", p.phase, "yes" if p.ready else "no", p.node or ""] for p in view.pods]
         click.echo(table(["POD", "ROLE", "RANK", "PHASE", "READY", "NODE"], rows), nl=False)
     if view.queue:
-        echo(view.queue)
+        echo(p(view.queue, lines=True))
     for name, ready in view.services:
-        echo(f"service {name}: {ready}")
+        echo(f"service {p(name)}: {p(ready)}")
     explained = {e.line() for e in view.explanations}
     for problem in view.problems:
         if problem not in explained:
-            echo(problem, fg="yellow")
+            echo(p(problem, lines=True), fg="yellow")
     if view.failure:
-        echo(click.style(f"{'failed' if view.state == 'Failed' else 'problem'}:", fg="red", bold=True) + f" {view.failure}")
+        echo(click.style(f"{'failed' if view.state == 'Failed' else 'problem'}:", fg="red", bold=True) + f" {p(view.failure, lines=True)}")
     for explanation in view.explanations:
-        echo(explanation.line(), fg="yellow")
+        echo(p(explanation.line(), lines=True), fg="yellow")
         if explanation.fix:
-            echo(f"  fix: {explanation.fix.replace('RUN', view.name)}")
+            echo(f"  fix: {p(explanation.fix.replace('RUN', view.name), lines=True)}")
         if explanation.log:
             where = f"{explanation.pod} {explanation.container}" if explanation.container else explanation.pod
-            echo(f"  last log lines ({where or ''}):")
+            echo(f"  last log lines ({p(where or '')}):")
             for line in explanation.log:
-                echo(f"    {line}")
+                echo(f"    {p(line)}")
 
 
 @click.command("logs")
