@@ -327,6 +327,36 @@ def logits_bytes_per_token(shape: ModelShape, setup: ComputeSetup, upcast: bool 
     return per_logit * shape.vocab
 
 
+#: TRL's fused LM head projects tiles of this many tokens by this many vocabulary entries
+#: (``TOKEN_CHUNK_SIZE`` and ``_CHUNKED_LOGPROB_CHUNK_SIZE`` in TRL 1.16).
+FUSED_HEAD_TOKENS = 4096
+FUSED_HEAD_VOCAB = 32768
+
+
+def fused_head_bytes(shape: ModelShape, setup: ComputeSetup, tokens: int, head_weight_bytes: int | None) -> float:
+    """Peak bytes of TRL's fused LM head and loss (SFT, DPO, GRPO, RLOO, KTO from TRL 1.16).
+
+    The head never materialises the ``tokens × vocab`` logits: the forward folds tiles of
+    4096 tokens × 32768 vocabulary entries into per-token statistics, the backward recomputes
+    each tile in place and accumulates the gradients in fp32. What it holds at its backward: the
+    scored positions' hidden states (a compacted copy, saved), their fp32 gradient and its cast
+    back, one tile, and for a trained head its fp32 weight gradient and that gradient's cast.
+
+    Args:
+        shape: The model's dimensions.
+        setup: Dtypes.
+        tokens: Positions scored (those with a label).
+        head_weight_bytes: Bytes per element of a trained LM head's weight; None when the head
+            is frozen (LoRA without ``modules_to_save``).
+    """
+    hidden = tokens * shape.hidden * (setup.weight_bytes + 4 + setup.weight_bytes)
+    tile = min(tokens, FUSED_HEAD_TOKENS) * min(shape.vocab, FUSED_HEAD_VOCAB) * setup.compute_bytes
+    head = 0.0
+    if head_weight_bytes is not None:
+        head = shape.vocab * shape.hidden * (4 + (head_weight_bytes if head_weight_bytes != 4 else 0))
+    return hidden + tile + head
+
+
 def backward_transient_bytes_per_token(shape: ModelShape, setup: ComputeSetup) -> float:
     """Gradient buffers alive while one layer runs backward, per token.
 

@@ -133,6 +133,9 @@ class TrainingSetup(Struct, frozen=True):
             (TRL's default: micro batch × processes × gradient accumulation).
         max_prompt_length: GRPO prompt length.
         max_completion_length: GRPO completion length (the logits are computed for these).
+        fused_lm_head: The trainer scores tokens through TRL's fused LM head (TRL >= 1.16:
+            SFT, DPO, GRPO, RLOO, KTO), which never materialises the logits; otherwise the
+            loss is transformers' (fp32 logits, log-softmax and their gradients).
     """
 
     method: str = "full"
@@ -164,6 +167,7 @@ class TrainingSetup(Struct, frozen=True):
     generation_batch_size: int | None = None
     max_prompt_length: int = 512
     max_completion_length: int = 256
+    fused_lm_head: bool = False
 
     @property
     def world_size(self) -> int:
@@ -491,7 +495,12 @@ def _trainer(
                      + max(layer) + head)
     activations = ckpt if s.gradient_checkpointing else no_ckpt
     logit_tokens = seqs * (s.max_completion_length + 1 if s.grpo else seq)
-    logits = logit_tokens * act.logits_bytes_per_token(shape, setup_c)
+    if s.fused_lm_head:
+        # a full fine-tune trains the head in the trainable dtype; modules_to_save copies the original's
+        head_weight = w_train if not lora else (w_frozen if s.train_embeddings else None)
+        logits = act.fused_head_bytes(shape, setup_c, logit_tokens, head_weight)
+    else:
+        logits = logit_tokens * act.logits_bytes_per_token(shape, setup_c)
 
     copies = _weight_copies(s, p, lora, mixed, w, b, ds, trainable, shape)
     reference = 0.0

@@ -208,6 +208,9 @@ def _trl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec, ba
         attention=_attention(init.get("attn_implementation") or native.get("attn_implementation")),
         preference_pairs=training_type == "dpo",
         reference_model=training_type == "dpo" and not peft,
+        # TRL 1.16 scores every trainer's tokens through its fused LM head; SFT's label smoothing
+        # alone still builds the full logits (transformers' loss).
+        fused_lm_head=not (training_type == "sft" and as_number(native.get("label_smoothing_factor"), 0.0) > 0),
     )
     if training_type != "grpo":
         return setup, None
