@@ -388,6 +388,20 @@ def test_a_32b_full_fine_tune_on_one_80gb_gpu_is_clearly_too_big(tmp_path):
     assert all(s.per_gpu_bytes <= 80 * 10**9 for s in result.suggestions)
 
 
+def test_open_r1s_distill_recipe_fits_the_eight_80gb_gpus_it_trained_on(tmp_path):
+    """open-r1's OpenR1-Distill-7B recipe (32k tokens, 2 per device, ZeRO-3) trained on one node of 8
+    devices (its global batch, 128 = 2 x 8 accumulation x 8) of 80 GB. Counting transformers' fp32
+    loss buffers put it at ~150 GiB per GPU and refused it; TRL 1.16's fused LM head holds no logits."""
+    native, _, base = corpus_run("openr1-sft-openr1-distill-7b.yaml", "trl", "sft")
+    native = {**native, "model_name_or_path": "Qwen/Qwen2.5-7B", "accelerate_config": "zero3"}  # same shape as Qwen2.5-Math-7B
+    cache = hf_cache(tmp_path / "hub", "Qwen/Qwen2.5-7B")
+    result = estimate_run("trl", "sft", native, ClusterSpec(gpu=8), base, gpu_memory="80GB", cache_dirs=[cache])
+    trainer = result.estimate.trainer
+    assert result.fits and not result.clearly_too_big
+    assert trainer.logits_bytes < 8 * GIB  # the full fp32 logits of 2 x 32,768 tokens would be ~111 GiB
+    assert trainer.per_gpu_bytes < 70 * GIB
+
+
 def test_a_run_within_the_error_band_is_not_refused(tmp_path):
     cache = hf_cache(tmp_path / "hub", "Qwen/Qwen2.5-7B")
     native = {**BIG, "model_name_or_path": "Qwen/Qwen2.5-7B", "use_peft": True, "per_device_train_batch_size": 1}
