@@ -26,7 +26,9 @@ def test_generated_names_are_dns_labels_of_at_most_40_chars(framework, type_name
 
 def test_generated_names_are_unique_across_calls():
     names = {generate_run_name("trl", "sft", "trl-sft") for _ in range(500)}
-    assert len(names) == 500
+    # 36^5 suffixes: one repeat in 500 draws happens once in ~500 runs (it did, in this suite),
+    # two once in ~500,000; a name that is not random repeats hundreds of times.
+    assert len(names) >= 499
 
 
 def test_generated_name_drops_repeated_words_of_the_stem():
