@@ -490,9 +490,10 @@ def _trainer(
     setup_c = replace(setup_c, seq_len=seq)
     layer = [act.layer_bytes_per_token(shape, setup_c, i) for i in range(shape.layers)]
     head = act.head_bytes_per_token(shape, setup_c)
-    no_ckpt = tokens * (sum(layer) + head)
+    bias = _sdpa_mask_bias_bytes(s, seqs, seq, b)  # per layer, beside its per-token activations
+    no_ckpt = tokens * (sum(layer) + head) + shape.layers * bias
     ckpt = tokens * (shape.layers * act.checkpointed_layer_input_bytes(shape, setup_c)
-                     + max(layer) + head)
+                     + max(layer) + head) + bias
     activations = ckpt if s.gradient_checkpointing else no_ckpt
     logit_tokens = seqs * (s.max_completion_length + 1 if s.grpo else seq)
     if s.fused_lm_head:
@@ -517,17 +518,17 @@ def _trainer(
 
     # The loss's backward (logits buffers) and a layer's backward (its recomputed activations
     # with checkpointing, and the gradients flowing through it) do not coexist.
-    layer_backward = tokens * (act.backward_transient_bytes_per_token(shape, setup_c)
-                               + (max(layer) if s.gradient_checkpointing else 0.0))
+    recomputed = tokens * max(layer) + bias if s.gradient_checkpointing else 0.0
+    layer_backward = tokens * act.backward_transient_bytes_per_token(shape, setup_c) + recomputed
     transient = max(logits, layer_backward)
-    at_loss = activations - (tokens * max(layer) if s.gradient_checkpointing else 0.0)
+    at_loss = activations - recomputed
     base = weights + master + states + reference
     phases = {
         "forward_backward": (base + gathered + copies + persistent_grads + at_loss
                              + transient),
         # the first layer's backward: every gradient exists, its activations still do
         "backward_end": (base + gathered + copies + gradients + layer_backward
-                         + (0.0 if s.gradient_checkpointing else tokens * layer[0])),
+                         + (0.0 if s.gradient_checkpointing else tokens * layer[0] + bias)),
         "optimizer_step": base + gradients + step_temp,
         "generation": base + persistent_grads + generation if generation else 0.0,
     }
@@ -561,6 +562,22 @@ def _trainer(
         colocated_vllm_bytes=colocated,
         tokens_per_micro_batch=tokens,
     )
+
+
+def _sdpa_mask_bias_bytes(s: TrainingSetup, seqs: int, seq: int, b: int) -> float:
+    """The attention bias one layer keeps for backward under SDPA with an explicit mask.
+
+    Packed rows (TRL's padding-free batches, one row of ``seqs × seq`` tokens with a
+    block-diagonal mask) and padded batches of several sequences reach SDPA with a boolean
+    mask; torch turns it into an additive bias in the compute dtype on every call and the
+    memory-efficient kernel saves that bias for backward: ``rows × S²`` elements per layer.
+    Flash attention and a lone unpadded sequence (``is_causal``) take no mask.
+    """
+    if s.attention != "sdpa":
+        return 0.0
+    if s.packing:
+        return float(seqs * seq) ** 2 * b
+    return float(seqs * seq * seq * b) if seqs > 1 else 0.0
 
 
 def targets_of(s: TrainingSetup) -> frozenset[str]:
