@@ -490,7 +490,7 @@ def _trainer(
     setup_c = replace(setup_c, seq_len=seq)
     layer = [act.layer_bytes_per_token(shape, setup_c, i) for i in range(shape.layers)]
     head = act.head_bytes_per_token(shape, setup_c)
-    bias = _sdpa_mask_bias_bytes(s, seqs, seq, b)  # per layer, beside its per-token activations
+    bias = 0.0 if shape.eager_attention else _sdpa_mask_bias_bytes(s, seqs, seq, b)  # per layer
     no_ckpt = tokens * (sum(layer) + head) + shape.layers * bias
     ckpt = tokens * (shape.layers * act.checkpointed_layer_input_bytes(shape, setup_c)
                      + max(layer) + head) + bias
