@@ -123,6 +123,8 @@ class TrainingSetup(Struct, frozen=True):
         gradient_accumulation: Micro-batches per optimizer step.
         seq_len: Tokens per sequence (``max_length``; padded batches are counted at the max).
         packing: Sequences are packed (or padding-free): no padding mask.
+        padding_free: The micro batch is flattened into one row (TRL's padding-free collator,
+            its default with ``packing``), so attention sees one sequence of all its tokens.
         gradient_checkpointing: Recompute each layer in backward (TRL's default is True).
         attention: ``"sdpa"``, ``"flash_attention_2"`` or ``"eager"``.
         preference_pairs: Each example is a chosen/rejected pair run together (DPO).
@@ -159,6 +161,7 @@ class TrainingSetup(Struct, frozen=True):
     gradient_accumulation: int = 1
     seq_len: int = 2048
     packing: bool = False
+    padding_free: bool = False
     gradient_checkpointing: bool = False
     attention: str = "sdpa"
     preference_pairs: bool = False
@@ -567,17 +570,17 @@ def _trainer(
 def _sdpa_mask_bias_bytes(s: TrainingSetup, seqs: int, seq: int, b: int) -> float:
     """The attention bias one layer keeps for backward under SDPA with an explicit mask.
 
-    Packed rows (TRL's padding-free batches, one row of ``seqs × seq`` tokens with a
-    block-diagonal mask) and padded batches of several sequences reach SDPA with a boolean
-    mask; torch turns it into an additive bias in the compute dtype on every call and the
-    memory-efficient kernel saves that bias for backward: ``rows × S²`` elements per layer.
+    Packed rows (a block-diagonal mask from their position ids) and padded batches of several
+    sequences reach SDPA with a boolean mask; torch turns it into an additive bias in the
+    compute dtype on every call and the memory-efficient kernel saves that bias for backward:
+    ``rows × S²`` elements per layer. A padding-free batch is one row of ``seqs × seq`` tokens.
     Flash attention and a lone unpadded sequence (``is_causal``) take no mask.
     """
     if s.attention != "sdpa":
         return 0.0
-    if s.packing:
+    if s.padding_free:
         return float(seqs * seq) ** 2 * b
-    return float(seqs * seq * seq * b) if seqs > 1 else 0.0
+    return float(seqs * seq * seq * b) if s.packing or seqs > 1 else 0.0
 
 
 def targets_of(s: TrainingSetup) -> frozenset[str]:

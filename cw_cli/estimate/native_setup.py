@@ -204,6 +204,9 @@ def _trl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec, ba
         gradient_accumulation=accumulation,
         seq_len=seq,
         packing=truthy(native.get("packing")) or truthy(native.get("padding_free")),
+        # TRL packs best-fit-decreasing by default, and then flattens each micro batch into one row
+        padding_free=truthy(native.get("padding_free")) or (
+            truthy(native.get("packing")) and str(native.get("packing_strategy") or "bfd") in ("bfd", "bfd_split")),
         gradient_checkpointing=truthy(native.get("gradient_checkpointing", True)),
         attention=_attention(init.get("attn_implementation") or native.get("attn_implementation")),
         preference_pairs=training_type == "dpo",

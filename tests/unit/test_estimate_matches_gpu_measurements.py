@@ -68,3 +68,11 @@ def test_sdpa_with_packed_rows_keeps_one_attention_bias_per_layer(tmp_path):
     bias = (4 * 2048) ** 2 * 2
     assert sdpa["activations_no_checkpointing_bytes"] - flash["activations_no_checkpointing_bytes"] == 28 * bias
     assert sdpa["activations_checkpointing_bytes"] - flash["activations_checkpointing_bytes"] == bias  # the recomputed layer
+
+
+def test_packed_rows_that_are_not_flattened_keep_a_bias_per_row(tmp_path):
+    """TRL's `wrapped` packing keeps its micro batch as 4 rows of 2,048 (no padding-free flattening): 4 x 2048²."""
+    config = {**RUNS[LLAMA, "lora bf16 bs4"]["config"], "packing_strategy": "wrapped"}
+    sdpa = _estimate(tmp_path, config)
+    flash = _estimate(tmp_path, {**config, "attn_implementation": "flash_attention_2"})
+    assert sdpa["activations_no_checkpointing_bytes"] - flash["activations_no_checkpointing_bytes"] == 28 * 4 * 2048**2 * 2
