@@ -38,7 +38,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     Cells are made :func:`printable`: they come from the cluster.
     """
     rows = [[printable(str(cell)) for cell in row] for row in rows]
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
 
     def line(cells: Sequence[str]) -> str:
         padded = [str(cell).ljust(width) for cell, width in zip(cells[:-1], widths)]

@@ -107,7 +107,8 @@ def status_command(run: str, namespace: str | None, context: str | None, output:
     if "tensorboard" in view.links:
         echo(f"TensorBoard event files: {p(view.links['tensorboard'])} (on the checkpoint volume)")
     if view.pods:
-        rows = [[p.name, p.role, p.rank or "", p.phase, "yes" if p.ready else "no", p.node or ""] for p in view.pods]
+        rows = [[pod.name, pod.role, pod.rank or "", pod.phase, "yes" if pod.ready else "no", pod.node or ""]
+                for pod in view.pods]  # fmt: skip
         click.echo(table(["POD", "ROLE", "RANK", "PHASE", "READY", "NODE"], rows), nl=False)
     if view.queue:
         echo(p(view.queue, lines=True))
