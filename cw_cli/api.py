@@ -196,6 +196,54 @@ def estimate_run(
         raise ConfigError([f"--gpu-memory {gpu_memory!r}: {exc}"], hint="e.g. --gpu-memory 80GB") from None
 
 
+def estimate(
+    config: str | Path | Mapping[str, Any] | YamlSource,
+    framework: str,
+    training_type: str,
+    *,
+    gpu: int | None = None,
+    cpu: str | None = None,
+    memory: str | None = None,
+    image: str | None = None,
+    nodes: int | None = None,
+    set: Mapping[str, Any] | list[str] | None = None,  # noqa: A002 - the CLI's --set
+    registry: FrameworkRegistry | None = None,
+    base_dir: Path | None = None,
+    gpu_memory: str | int | None = None,
+    list_nodes: Callable[[], list[dict[str, Any]]] | None = None,
+    hub: bool = False,
+    suggest: bool = True,
+    allow_meta_device: bool = True,
+) -> RunEstimate:
+    """A config's memory estimate, as ``cw estimate`` prints it, without what only a launch needs.
+
+    The config is validated as for a launch, except for what the pods alone need: a
+    ``checkpoint_volume`` and the Secrets its settings need. Options are :func:`plan`'s and
+    :func:`estimate_run`'s (``list_nodes`` lists the cluster's nodes; None never asks).
+
+    Raises:
+        ConfigError: Every problem of the config, or ``gpu_memory`` is not a memory size.
+    """
+    from cw_cli.config.loader import FlagOverrides, load_run_config
+    from cw_cli.config.yaml_source import YamlSource
+    from cw_cli.estimate.from_config import estimate_run as estimate_config
+
+    loaded, kind = (registry or _registry()).resolve_type(framework, training_type)
+    flags = FlagOverrides(gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes)
+    if isinstance(config, Mapping):
+        config = YamlSource(path=(base_dir or Path.cwd()) / DICT_CONFIG_NAME, data=dict(config))
+    source = config if isinstance(config, YamlSource) else None
+    path = config.path if isinstance(config, YamlSource) else Path(config)
+    run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, source=source, launch=False)
+    try:
+        return estimate_config(
+            loaded.name, kind, run_config.native, run_config.cluster, path.parent, gpu_memory=gpu_memory,
+            nodes=list_nodes, hub=hub, suggest=suggest, allow_meta_device=allow_meta_device,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise ConfigError([f"--gpu-memory {gpu_memory!r}: {exc}"], hint="e.g. --gpu-memory 80GB") from None
+
+
 def _registry() -> FrameworkRegistry:
     from cw_cli.frameworks.registry import FrameworkRegistry
 

@@ -23,6 +23,15 @@ class TrainingType(str, Enum):
     SFT = "sft"
     DPO = "dpo"
     GRPO = "grpo"
+    KTO = "kto"
+    REWARD = "reward"
+    RLOO = "rloo"
+    DISTILLATION = "distillation"
+
+    @property
+    def generates(self) -> bool:
+        """Whether the trainer generates completions online (and may use a vLLM server)."""
+        return self in (TrainingType.GRPO, TrainingType.RLOO)
 
 
 class RunConfig(Struct):

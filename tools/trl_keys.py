@@ -12,7 +12,7 @@ import importlib
 import importlib.metadata
 import json
 
-TYPES = ("sft", "dpo", "grpo")
+TYPES = ("sft", "dpo", "grpo", "kto", "reward", "rloo", "distillation")
 
 
 def command_keys(training_type: str) -> list[str]:

@@ -99,18 +99,21 @@ def estimate_command(
 
     output = check_output(output)
     registry = _registry(ctx)
-    options: dict[str, Any] = dict(
-        name=name, namespace=namespace, gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull,
-        set=list(set_),
-    )  # fmt: skip
-    planned = api.plan(api.read_config(config), framework, training_type, registry=registry, **options)
+    if name is not None:
+        from cw_cli.render.naming import validate_run_name
+
+        validate_run_name(name)  # a launch option: checked, though an estimate names nothing
 
     def list_nodes() -> list[dict[str, Any]]:
         from cw_cli.cli.options import kube
 
         return kube(context, namespace).list("Node")
 
-    result = api.estimate_run(planned, gpu_memory=gpu_memory, nodes=list_nodes, hub=hub)
+    # An estimate needs neither a checkpoint volume nor the Secrets a launch would mount.
+    result = api.estimate(
+        api.read_config(config), framework, training_type, gpu=gpu, cpu=cpu, memory=memory, image=image,
+        nodes=nodes, set=list(set_), registry=registry, gpu_memory=gpu_memory, list_nodes=list_nodes, hub=hub,
+    )  # fmt: skip
     if output != "table":
         out().file.write(dump(result.to_dict(), output))
         return

@@ -119,6 +119,7 @@ def load_run_config(
     flags: FlagOverrides | None = None,
     source: YamlSource | None = None,
     host_env: Mapping[str, str] | None = None,
+    launch: bool = True,
 ) -> RunConfig:
     """Read, merge and validate a run's config.
 
@@ -132,6 +133,8 @@ def load_run_config(
             then only names it and anchors its relative paths.
         host_env: The environment the trainer inherits when it runs on this machine
             (``--local``): a variable a setting needs may come from there instead of ``secrets``.
+        launch: The config is read for a launch; False (an estimate) skips what only the pods
+            need (the Secrets a setting needs).
 
     Returns:
         The validated config.
@@ -187,7 +190,7 @@ def load_run_config(
         issues.extend(_format_validation_error(exc, source, origins))
 
     if cluster is not None:
-        conflicts = _environment_conflicts(cluster, framework, native, host_env)
+        conflicts = _environment_conflicts(cluster, framework, native, host_env, launch)
         issues += [f"{_origin((key,), source, origins)}: {problem}" for key, problem in conflicts]
     for problem in framework.validate_config(native, training_type):
         # Messages name their field in backticks; point at that key's line when the file has it.
@@ -254,7 +257,11 @@ _RESERVED_ENV = {
 
 
 def _environment_conflicts(
-    cluster: ClusterSpec, framework: NativeConfigRules, native: dict[str, Any], host_env: Mapping[str, str] | None = None
+    cluster: ClusterSpec,
+    framework: NativeConfigRules,
+    native: dict[str, Any],
+    host_env: Mapping[str, str] | None = None,
+    launch: bool = True,
 ) -> list[tuple[str, str]]:
     """(cw field, problem) for environment settings that cannot work in the pods (or, with
     ``host_env``, in the local process that inherits that environment)."""
@@ -265,7 +272,7 @@ def _environment_conflicts(
     if cluster.hf_cache_volume and "HF_HOME" in cluster.env:
         problems.append(("env", "`env.HF_HOME` and `hf_cache_volume` both set the Hugging Face cache; keep one"))
     available = set(cluster.secrets) | set(cluster.env) | {name for name, value in (host_env or {}).items() if value}
-    for variable, setting in framework.secrets_needed(native).items():
+    for variable, setting in (framework.secrets_needed(native) if launch else {}).items():
         if variable in available or (variable == "HF_TOKEN" and "HUGGING_FACE_HUB_TOKEN" in available):
             continue
         if host_env is not None:

@@ -47,7 +47,7 @@ JSON_KEYS = (
     "framework", "type", "model", "model_config", "estimated", "skipped",
     "model_type", "parameters", "active_parameters", "trainable_parameters", "counting",
     "gpu_memory_bytes", "gpu_product", "gpu_memory_source",
-    "trainer", "vllm", "verdict", "suggestions", "setup", "vllm_setup", "notes",
+    "trainer", "vllm", "verdict", "suggestions", "setup", "vllm_setup", "notes", "unmodelled",
 )  # fmt: skip
 #: Keys of ``verdict`` and of each item of ``verdict.roles`` and ``suggestions``.
 VERDICT_KEYS = ("fits", "clearly_too_big", "refusal_headroom", "worst_ratio", "roles")
@@ -75,6 +75,8 @@ class RunEstimate(Struct, frozen=True):
         roles: The roles checked (``("vllm",)`` for a servers-only run).
         notes: Assumptions, and why anything is unknown.
         skipped: Why there is no estimate (None when there is one).
+        unmodelled: Settings of the run the memory model does not count: the estimate is
+            shown, but it never refuses a launch.
     """
 
     framework: str
@@ -92,11 +94,14 @@ class RunEstimate(Struct, frozen=True):
     roles: tuple[str, ...] = ("trainer", "vllm")
     notes: tuple[str, ...] = ()
     skipped: str | None = None
+    unmodelled: tuple[str, ...] = ()
 
     @property
     def clearly_too_big(self) -> bool:
-        """Whether a checked role needs more than its GPU even within the error band."""
-        if self.refusal is None:
+        """Whether a checked role needs more than its GPU even within the error band (never
+        when the run has a setting the model does not count: a check that refuses a run its
+        authors trained is worse than none)."""
+        if self.refusal is None or self.unmodelled:
             return False
         return any(not r.fits for r in self.refusal.roles if r.role in self.roles)
 
@@ -121,6 +126,8 @@ class RunEstimate(Struct, frozen=True):
         where = f" of {gpu.bytes / GIB:.1f} GiB per GPU" if gpu else " per GPU (GPU memory unknown)"
         verdict = "" if self.fits is None else ": fits" if self.fits else (
             ": does not fit" + (" (clearly)" if self.clearly_too_big else " (within the estimate's error band)"))
+        if self.unmodelled:
+            verdict += f" (not counted: {'; '.join(self.unmodelled)}; never refused for that)"
         return f"memory estimate: {', '.join(parts)}{where}{verdict}"
 
     def _needs(self) -> list[tuple[str, int]]:
@@ -177,6 +184,7 @@ class RunEstimate(Struct, frozen=True):
             "setup": _setup_dict(self.setup),
             "vllm_setup": asdict(self.vllm_setup) if self.vllm_setup is not None else None,
             "notes": list(self.notes),
+            "unmodelled": list(self.unmodelled),
         }  # fmt: skip
         return {key: data[key] for key in JSON_KEYS}
 
@@ -270,7 +278,7 @@ def estimate_run(
                        "counts it with transformers on the meta device")  # fmt: skip
     read = run_setup(framework, kind, native, cluster, base_dir, config)  # dtype: auto, PEFT's default targets
     assert read.setup is not None
-    base = replace(base, setup=read.setup, vllm_setup=read.vllm)
+    base = replace(base, setup=read.setup, vllm_setup=read.vllm, unmodelled=read.unmodelled)
     if services_only and read.vllm is None:
         return replace(base, skipped="the run has no vLLM server to estimate", notes=read.notes)
     gpu = resolve_gpu_memory(gpu_memory, cluster, nodes)

@@ -136,8 +136,21 @@ class TrainingSetup(Struct, frozen=True):
         max_prompt_length: GRPO prompt length.
         max_completion_length: GRPO completion length (the logits are computed for these).
         fused_lm_head: The trainer scores tokens through TRL's fused LM head (TRL >= 1.16:
-            SFT, DPO, GRPO, RLOO, KTO), which never materialises the logits; otherwise the
-            loss is transformers' (fp32 logits, log-softmax and their gradients).
+            SFT, DPO, GRPO, RLOO, KTO), or another kernel that never materialises the logits
+            (Axolotl's cut-cross-entropy plugin, Liger's fused linear cross-entropy); otherwise
+            the loss is transformers' (fp32 logits, log-softmax and their gradients).
+        tensor_parallel: Tensor-parallel degree: each rank holds 1/tp of the attention heads,
+            of the MLP's width and of the linear weights (and their gradients and states).
+        context_parallel: Context-parallel degree: each rank holds 1/cp of every sequence's
+            tokens (ring attention), so its activations and logits.
+        shard_group: Ranks a ZeRO / FSDP shard spans when fewer than the data-parallel ranks
+            (HSDP's ``dp_shard_size``, or the data x context ranks under tensor parallelism);
+            None: every rank outside tensor parallelism.
+        tiled_mlp: The MLP runs in tiles along the sequence and recomputes them in backward
+            (Arctic's TiledMLP, Axolotl's ``tiled_mlp``): only one tile's intermediates live.
+        tiled_mlp_shards: Tiles per sequence (None: ``ceil(seq / hidden)``, Axolotl's default).
+        score_labels: The head is a classifier of this many labels (a reward model: 1, a
+            process reward model: 2) instead of the vocabulary-sized LM head.
     """
 
     method: str = "full"
@@ -171,11 +184,25 @@ class TrainingSetup(Struct, frozen=True):
     max_prompt_length: int = 512
     max_completion_length: int = 256
     fused_lm_head: bool = False
+    tensor_parallel: int = 1
+    context_parallel: int = 1
+    shard_group: int | None = None
+    tiled_mlp: bool = False
+    tiled_mlp_shards: int | None = None
+    score_labels: int | None = None
 
     @property
     def world_size(self) -> int:
         """Processes (GPUs) training together."""
         return self.gpus_per_node * self.nodes
+
+    @property
+    def data_shards(self) -> int:
+        """Ranks ZeRO / FSDP shard parameters, gradients and states over (Accelerate's
+        ``dp_shard_cp`` mesh: the data and context ranks, not the tensor-parallel ones)."""
+        if self.shard_group:
+            return self.shard_group
+        return max(1, self.world_size // max(1, self.tensor_parallel))
 
     @property
     def grpo(self) -> bool:
@@ -383,7 +410,9 @@ def estimate_memory(
     targets = ({setup.lora_targets} if isinstance(setup.lora_targets, str)
                else set(setup.lora_targets))
     groups = _param_groups(config, arch, counts.total_parameters, shape, targets if lora else set())
-    trainable = counts.total_parameters
+    if setup.score_labels:
+        groups = _score_head(groups, shape, setup.score_labels)
+    trainable = groups.total
     if lora:
         trainable = lora_trainable_parameters(config, setup.lora_rank, setup.lora_targets,
                                               setup.train_embeddings)
@@ -425,9 +454,12 @@ def _trainer(
     mixed = s.mixed_precision.lower() in ("bf16", "fp16", "bfloat16", "float16")
     w = _dtype_bytes(s.weight_dtype)
     b = 2 if mixed else w  # what matmuls produce
-    shard_params = world if (ds and stage >= 3) or s.fsdp else 1
-    shard_grads = world if (ds and stage >= 2) or s.fsdp else 1
-    shard_states = world if (ds and stage >= 1) or s.fsdp else 1
+    dp = s.data_shards
+    shard_params = dp if (ds and stage >= 3) or s.fsdp else 1
+    shard_grads = dp if (ds and stage >= 2) or s.fsdp else 1
+    shard_states = dp if (ds and stage >= 1) or s.fsdp else 1
+    # tensor parallelism: each rank keeps its slice of the linears (and their gradients and states)
+    tp_share = _tensor_parallel_share(p, s.tensor_parallel)
 
     # storage of the trainable and of the frozen parameters
     if ds and mixed:  # DeepSpeed casts the module to the compute dtype, keeps fp32 masters
@@ -475,6 +507,8 @@ def _trainer(
         states = master = step_temp = 0.0
         if ds:
             grads = 0.0  # reduced gradients are copied to the CPU optimizer
+    weights, grads, buckets, states, master, step_temp, cpu = (
+        x * tp_share for x in (weights, grads, buckets, states, master, step_temp, cpu))
     gradients = grads + buckets
     persistent_grads = buckets + (grads if s.gradient_accumulation > 1 else 0.0)
 
@@ -484,22 +518,28 @@ def _trainer(
         gathered = 2.0 * b * p.largest_module
     elif s.fsdp:
         gathered = b * (p.embedding + p.lm_head + 2 * p.largest_layer)
+    gathered *= tp_share
 
     # activations and logits
     setup_c = _compute_setup(s, shape, lora, targets_of(s), mixed, w, b, ds, p, w_train)
     seqs = s.micro_batch * (2 if s.preference_pairs else 1)
     seq = s.max_prompt_length + s.max_completion_length if s.grpo else s.seq_len
-    tokens = seqs * seq
+    cp = max(1, s.context_parallel)
+    tokens = math.ceil(seqs * seq / cp)  # context parallelism: each rank holds 1/cp of the tokens
     setup_c = replace(setup_c, seq_len=seq)
-    layer = [act.layer_bytes_per_token(shape, setup_c, i) for i in range(shape.layers)]
-    head = act.head_bytes_per_token(shape, setup_c)
-    bias = 0.0 if shape.eager_attention else _sdpa_mask_bias_bytes(s, seqs, seq, b)  # per layer
+    rank_shape = _rank_shape(shape, s, seq)  # one rank's heads and MLP width (TP, tiled MLP)
+    head_shape = replace(shape, vocab=s.score_labels) if s.score_labels else shape
+    layer = [act.layer_bytes_per_token(rank_shape, setup_c, i) for i in range(shape.layers)]
+    head = act.head_bytes_per_token(head_shape, setup_c)
+    bias = 0.0 if shape.eager_attention else _sdpa_mask_bias_bytes(s, seqs, seq, b) / cp  # per layer
     no_ckpt = tokens * (sum(layer) + head) + shape.layers * bias
     ckpt = tokens * (shape.layers * act.checkpointed_layer_input_bytes(shape, setup_c)
                      + max(layer) + head) + bias
     activations = ckpt if s.gradient_checkpointing else no_ckpt
-    logit_tokens = seqs * (s.max_completion_length + 1 if s.grpo else seq)
-    if s.fused_lm_head:
+    logit_tokens = math.ceil(seqs * (s.max_completion_length + 1 if s.grpo else seq) / cp)
+    if s.score_labels:  # a classifier head: labels-wide logits, nothing vocabulary-sized
+        logits = logit_tokens * act.logits_bytes_per_token(head_shape, setup_c)
+    elif s.fused_lm_head:
         # a full fine-tune trains the head in the trainable dtype; modules_to_save copies the original's
         head_weight = w_train if not lora else (w_frozen if s.train_embeddings else None)
         logits = act.fused_head_bytes(shape, setup_c, logit_tokens, head_weight)
@@ -509,7 +549,7 @@ def _trainer(
     copies = _weight_copies(s, p, lora, mixed, w, b, ds, trainable, shape)
     reference = 0.0
     if s.reference_model:
-        reference = p.total * (b if ds and mixed else w) / shard_params
+        reference = p.total * (b if ds and mixed else w) / shard_params * tp_share
 
     # generation inside the trainer (GRPO without vLLM): HF generate's KV cache and logits
     generation = 0.0
@@ -522,7 +562,7 @@ def _trainer(
     # The loss's backward (logits buffers) and a layer's backward (its recomputed activations
     # with checkpointing, and the gradients flowing through it) do not coexist.
     recomputed = tokens * max(layer) + bias if s.gradient_checkpointing else 0.0
-    layer_backward = tokens * act.backward_transient_bytes_per_token(shape, setup_c) + recomputed
+    layer_backward = tokens * act.backward_transient_bytes_per_token(rank_shape, setup_c) + recomputed
     transient = max(logits, layer_backward)
     at_loss = activations - recomputed
     base = weights + master + states + reference
@@ -564,6 +604,49 @@ def _trainer(
         cpu_offload_bytes=int(cpu),
         colocated_vllm_bytes=colocated,
         tokens_per_micro_batch=tokens,
+    )
+
+
+def _score_head(p: _Params, shape: ModelShape, labels: int) -> _Params:
+    """A sequence / token classifier (reward and process reward models): the vocabulary-sized LM
+    head is replaced by a ``hidden x labels`` score layer (AutoModelFor*Classification)."""
+    score = shape.hidden * labels
+    total = p.total - p.lm_head + score
+    return replace(p, total=total, matmul=p.matmul - p.embedding + score, lm_head=score)
+
+
+def _tensor_parallel_share(p: _Params, tp: int) -> float:
+    """The share of the parameters one tensor-parallel rank holds.
+
+    transformers' TP plans shard every decoder linear, the fused experts and the LM head
+    (column- or row-wise); embeddings, norms and routers stay whole on every rank.
+    """
+    if tp <= 1 or p.total <= 0:
+        return 1.0
+    sharded = min(p.total, p.linear + p.experts + p.lm_head)
+    return (p.total - sharded * (1 - 1 / tp)) / p.total
+
+
+def _rank_shape(shape: ModelShape, s: TrainingSetup, seq: int) -> ModelShape:
+    """The layer one rank computes: 1/tp of the heads and of the MLP's width, and under a
+    tiled MLP only one tile's intermediates at a time (``ceil(seq / hidden)`` tiles by default)."""
+    tp = max(1, s.tensor_parallel)
+    tiles = 1
+    if s.tiled_mlp:
+        tiles = max(1, s.tiled_mlp_shards or math.ceil(seq / max(1, shape.hidden)))
+    if tp == 1 and tiles == 1:
+        return shape
+
+    def part(width: int, by: int) -> int:
+        return max(1, math.ceil(width / by)) if width else 0
+
+    return replace(
+        shape,
+        heads=part(shape.heads, tp),
+        kv_heads=part(shape.kv_heads, tp),
+        intermediate=part(shape.intermediate, tp * tiles),
+        expert_intermediate=part(shape.expert_intermediate, tp * tiles),
+        shared_intermediate=part(shape.shared_intermediate, tp * tiles),
     )
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
-from msgspec.structs import asdict, replace
+from msgspec.structs import replace
 
 from cw_cli.estimate.model_config import FRAMEWORKS, MODEL_KEYS
-from cw_cli.estimate.sharding import Sharding, accelerate_sharding, deepspeed_sharding, fsdp_sharding
+from cw_cli.estimate.sharding import Sharding, accelerate_sharding, deepspeed_sharding, fsdp_sharding, parallelism
 from cw_cli.estimate.values import as_count, as_mapping, as_number, truthy
 
 if TYPE_CHECKING:  # types only: reading a config never loads the memory model
@@ -49,6 +49,8 @@ class RunSetup(Struct, frozen=True):
         vllm: The vLLM engine (server or colocated), or None.
         notes: Assumptions and what was not read.
         skipped: Why there is no setup (None when there is one).
+        unmodelled: Settings of the config the memory model does not count (each a short
+            phrase): the estimate is shown but never refuses a launch.
     """
 
     framework: str
@@ -58,6 +60,7 @@ class RunSetup(Struct, frozen=True):
     vllm: VllmSetup | None = None
     notes: tuple[str, ...] = ()
     skipped: str | None = None
+    unmodelled: tuple[str, ...] = ()
 
 
 def _dtype(value: Any, model_config: Mapping[str, Any] | None, default: str) -> str:
@@ -108,9 +111,18 @@ def _trl_sharding(native: Mapping[str, Any], base_dir: Path | None, notes: list[
             offload = any(str(w).lower() == "offload" for w in words)
             if not any(str(w).lower() == "full_shard" for w in words):
                 notes.append(f"FSDP `{' '.join(map(str, words))}` is counted as a full shard")
-            return Sharding(fsdp=True, offload_optimizer=offload, offload_params=offload)
-    found = accelerate_sharding(native.get("accelerate_config"), base_dir, notes, _TRL_PROFILES)
-    return found or Sharding()
+            return Sharding(fsdp=True, offload_optimizer=offload, offload_params=offload,
+                            activation_checkpointing=_fsdp_checkpointing(native))
+    found = accelerate_sharding(native.get("accelerate_config"), base_dir, notes, _TRL_PROFILES) or Sharding()
+    # `accelerate launch` options written in the TRL config itself (TRL passes them on)
+    return replace(found, **parallelism(native),
+                   activation_checkpointing=found.activation_checkpointing or _fsdp_checkpointing(native))
+
+
+def _fsdp_checkpointing(native: Mapping[str, Any]) -> bool:
+    """FSDP's own activation checkpointing, as a launcher option or in the Trainer's ``fsdp_config``."""
+    fsdp_config = as_mapping(native.get("fsdp_config"))
+    return truthy(native.get("fsdp_activation_checkpointing")) or truthy(fsdp_config.get("activation_checkpointing"))
 
 
 def _world(cluster: ClusterSpec) -> tuple[int, int]:
@@ -153,7 +165,8 @@ def _server_vllm(cluster: ClusterSpec, settings: Mapping[str, Any], weight_dtype
 
 
 def _trl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec, base_dir: Path | None,
-         model_config: Mapping[str, Any] | None, notes: list[str]) -> tuple[TrainingSetup, VllmSetup | None]:
+         model_config: Mapping[str, Any] | None, notes: list[str],
+         unmodelled: list[str]) -> tuple[TrainingSetup, VllmSetup | None]:
     from cw_cli.estimate.memory import TrainingSetup
 
     gpus, nodes = _world(cluster)
@@ -179,10 +192,13 @@ def _trl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec, ba
     fp16 = truthy(native.get("fp16"))
     bf16 = (not fp16) if native.get("bf16") is None else truthy(native.get("bf16"))
     sharding = _trl_sharding(native, base_dir, notes)
+    checkpointing = truthy(native.get("gradient_checkpointing", True))
+    if sharding.activation_checkpointing:
+        checkpointing = True  # FSDP's own (TRL: do not combine it with gradient_checkpointing)
     micro = as_count(native.get("per_device_train_batch_size"), 8)
     accumulation = as_count(native.get("gradient_accumulation_steps"), 1)
     seq = 1024
-    if training_type in ("sft", "dpo"):
+    if training_type not in _GENERATING:
         if "max_length" in native and native["max_length"] is None:
             notes.append("max_length: null (no truncation) is counted as 1024 tokens")
         seq = as_count(native.get("max_length"), 1024)
@@ -197,7 +213,7 @@ def _trl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec, ba
         double_quant=truthy(native.get("use_bnb_nested_quant")),
         mixed_precision="bf16" if bf16 else "fp16" if fp16 else "no",
         optimizer=str(native.get("optim") or "adamw_torch_fused"),
-        **asdict(sharding),  # its fields are TrainingSetup's, by name
+        **sharding.setup_fields(),
         gpus_per_node=gpus,
         nodes=nodes,
         micro_batch=micro,
@@ -207,23 +223,34 @@ def _trl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec, ba
         # TRL packs best-fit-decreasing by default, and then flattens each micro batch into one row
         padding_free=truthy(native.get("padding_free")) or (
             truthy(native.get("packing")) and str(native.get("packing_strategy") or "bfd") in ("bfd", "bfd_split")),
-        gradient_checkpointing=truthy(native.get("gradient_checkpointing", True)),
+        gradient_checkpointing=checkpointing,
         attention=_attention(init.get("attn_implementation") or native.get("attn_implementation")),
-        preference_pairs=training_type == "dpo",
-        reference_model=training_type == "dpo" and not peft,
+        # DPO and reward modelling run chosen and rejected through one forward
+        preference_pairs=training_type in ("dpo", "reward"),
+        # DPO and KTO keep a frozen reference (PEFT disables the adapter instead)
+        reference_model=training_type in ("dpo", "kto") and not peft,
         # TRL 1.16 scores every trainer's tokens through its fused LM head; SFT's label smoothing
         # alone still builds the full logits (transformers' loss).
         fused_lm_head=not (training_type == "sft" and as_number(native.get("label_smoothing_factor"), 0.0) > 0),
+        # `trl reward` trains AutoModelForSequenceClassification with one label
+        score_labels=1 if training_type == "reward" else None,
     )
-    if training_type != "grpo":
+    if training_type == "distillation":
+        teacher = native.get("teacher_model_name_or_path")
+        if teacher is not None and teacher != native.get("model_name_or_path"):
+            unmodelled.append(f"the teacher model ({teacher}) beside the student")
+        else:
+            setup = replace(setup, reference_model=True)
+    if training_type not in _GENERATING:
         return setup, None
-    beta = as_number(native.get("beta"), 0.0)
+    rloo = training_type == "rloo"
+    beta = as_number(native.get("beta"), 0.05 if rloo else 0.0)
     steps = as_count(native.get("steps_per_generation"), accumulation)
     if "max_prompt_length" not in native:
-        notes.append("GRPO prompts are counted as 512 tokens (no max_prompt_length)")
+        notes.append(f"{training_type.upper()} prompts are counted as 512 tokens (no max_prompt_length)")
     setup = replace(
         setup,
-        num_generations=as_count(native.get("num_generations"), 8),
+        num_generations=as_count(native.get("num_generations"), 2 if rloo else 8),
         generation_batch_size=as_count(native.get("generation_batch_size"), micro * gpus * nodes * steps),
         max_prompt_length=as_count(native.get("max_prompt_length"), 512),
         max_completion_length=as_count(native.get("max_completion_length"), 512),
@@ -278,7 +305,8 @@ _AXOLOTL_REFERENCE = ("dpo", "ipo", "kto")  # keep a frozen reference model (wit
 
 
 def _axolotl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec, base_dir: Path | None,
-             model_config: Mapping[str, Any] | None, notes: list[str]) -> tuple[TrainingSetup, VllmSetup | None]:
+             model_config: Mapping[str, Any] | None, notes: list[str],
+         unmodelled: list[str]) -> tuple[TrainingSetup, VllmSetup | None]:
     from cw_cli.estimate.memory import TrainingSetup
 
     gpus, nodes = _world(cluster)
@@ -311,7 +339,21 @@ def _axolotl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec
     checkpointing = native.get("gradient_checkpointing", False)
     if checkpointing == "offload":
         notes.append("gradient_checkpointing: offload moves the checkpoints to CPU; counted as on the GPU")
+    if sharding.activation_checkpointing:
+        checkpointing = True  # fsdp_config.activation_checkpointing: FSDP checkpoints each layer
+    sharding = replace(sharding, **_axolotl_parallelism(native, gpus * nodes))
     rl = str(native.get("rl") or "").lower()
+    plugins = " ".join(map(str, native.get("plugins") or [])) if isinstance(native.get("plugins"), list) else ""
+    # cut-cross-entropy and Liger's fused linear cross-entropy never build the logits
+    fused_head = ("cut_cross_entropy" in plugins and native.get("cut_cross_entropy") is not False) or (
+        "liger" in plugins and truthy(native.get("liger_fused_linear_cross_entropy")))
+    score_labels = None
+    if truthy(native.get("reward_model")):
+        score_labels = as_count(native.get("num_labels"), 1)  # TRL's RewardTrainer on a classifier
+    elif truthy(native.get("process_reward_model")):
+        score_labels = as_count(native.get("num_labels"), 2)  # a token classifier per step
+    if rl == "ebft":
+        unmodelled.append("`rl: ebft` (its training loop)")
     attention = native.get("attn_implementation") or ("flash_attention_2" if truthy(native.get("flash_attention"))
                                                       else None)  # fmt: skip
     setup = TrainingSetup(
@@ -325,7 +367,7 @@ def _axolotl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec
         double_quant=True,
         mixed_precision="bf16" if bf16_on else "fp16" if fp16_on else "no",
         optimizer=str(native.get("optimizer") or "adamw_torch_fused"),
-        **asdict(sharding),  # its fields are TrainingSetup's, by name
+        **sharding.setup_fields(),
         gpus_per_node=gpus,
         nodes=nodes,
         micro_batch=as_count(native.get("micro_batch_size"), 1),
@@ -334,8 +376,12 @@ def _axolotl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec
         packing=truthy(native.get("sample_packing")),
         gradient_checkpointing=checkpointing == "offload" or truthy(checkpointing),
         attention=_attention(attention),
-        preference_pairs=rl in _AXOLOTL_PAIRS,
+        preference_pairs=rl in _AXOLOTL_PAIRS or (score_labels is not None and truthy(native.get("reward_model"))),
         reference_model=rl in _AXOLOTL_REFERENCE and method == "full",
+        fused_lm_head=fused_head,
+        tiled_mlp=truthy(native.get("tiled_mlp")),
+        tiled_mlp_shards=as_count(native.get("tiled_mlp_num_shards"), 0) or None,
+        score_labels=score_labels,
     )
     if training_type != "grpo":
         return setup, None
@@ -351,11 +397,58 @@ def _axolotl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec
         reference_model=as_number(trl.get("beta"), 0.0) > 0 and method == "full",
     )
     vllm = as_mapping(native.get("vllm"))
-    return setup, _server_vllm(cluster, {k: v for k, v in vllm.items() if v is not None}, None)
+    if _axolotl_vllm_server(trl, cluster):
+        return setup, _server_vllm(cluster, {k: v for k, v in vllm.items() if v is not None}, None)
+    if trl.get("use_vllm") is not True:
+        notes.append("GRPO without vLLM generates with the trainer's own model (slow; counted as generate's KV cache)")
+        return setup, None
+    from cw_cli.estimate.vllm import VllmSetup
+
+    # colocated: Axolotl copies the `vllm:` block's tensor parallelism and memory share to TRL
+    tensor = as_count(vllm.get("tensor_parallel_size"), 1)
+    micro = setup.micro_batch
+    return setup, VllmSetup(
+        mode="colocate",
+        gpu_memory_utilization=as_number(vllm.get("gpu_memory_utilization"),
+                                         as_number(trl.get("vllm_gpu_memory_utilization"), 0.3)),
+        tensor_parallel=tensor,
+        max_model_len=as_count(vllm.get("max_model_len"), 0) or None,
+        max_num_seqs=micro * tensor * setup.gradient_accumulation,
+        max_num_batched_tokens=4096,
+        enable_sleep_mode=truthy(trl.get("vllm_enable_sleep_mode")),
+    )
+
+
+def _axolotl_vllm_server(trl: Mapping[str, Any], cluster: ClusterSpec) -> bool:
+    """The rule of frameworks.axolotl.wants_vllm_server: a server only for `vllm_mode: server`
+    or cw's `services.server`, never against `use_vllm: false` or `vllm_mode: colocate`."""
+    use_vllm, mode = trl.get("use_vllm"), trl.get("vllm_mode")
+    if use_vllm is False or mode == "colocate":
+        return False
+    return (use_vllm is True and mode == "server") or "server" in cluster.services
+
+
+def _axolotl_parallelism(native: Mapping[str, Any], world: int) -> dict[str, Any]:
+    """Axolotl's N-D parallel sizes as the setup's: TP and CP degrees, and the FSDP shard group
+    (``dp_shard_size`` x CP, Accelerate's ``dp_shard_cp`` mesh; without it, every rank that is
+    neither tensor-parallel nor a replica)."""
+    tp = as_count(native.get("tensor_parallel_size"), 1)
+    cp = as_count(native.get("context_parallel_size"), 0) or as_count(native.get("sequence_parallel_degree"), 1)
+    replicas = as_count(native.get("dp_replicate_size"), 1)
+    shard = as_count(native.get("dp_shard_size"), 0)
+    found: dict[str, Any] = {}
+    if tp > 1:
+        found["tensor_parallel"] = tp
+    if cp > 1:
+        found["context_parallel"] = cp
+    if shard or replicas > 1:
+        found["shard_group"] = shard * cp if shard else max(1, world // (tp * replicas))
+    return found
 
 
 def _verifiers(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec, base_dir: Path | None,
-               model_config: Mapping[str, Any] | None, notes: list[str]) -> tuple[TrainingSetup, VllmSetup | None]:
+               model_config: Mapping[str, Any] | None, notes: list[str],
+         unmodelled: list[str]) -> tuple[TrainingSetup, VllmSetup | None]:
     """verifiers 0.1.9.post3's RLConfig (``trainer.args``), under cw's accelerate launch."""
     from cw_cli.estimate.memory import TrainingSetup
 
@@ -393,6 +486,8 @@ def _verifiers(training_type: str, native: Mapping[str, Any], cluster: ClusterSp
 
 
 _READERS = {"trl": _trl, "axolotl": _axolotl, "verifiers": _verifiers}
+#: Training types whose trainer generates completions (prompt + completion lengths, vLLM).
+_GENERATING = ("grpo", "rloo")
 
 
 def run_setup(framework: str, training_type: str, native: Mapping[str, Any], cluster: ClusterSpec,
@@ -417,5 +512,6 @@ def run_setup(framework: str, training_type: str, native: Mapping[str, Any], clu
         return RunSetup(framework, kind, model, None, skipped=f"no estimate for framework {framework!r}: cw reads only "
                         f"{', '.join(FRAMEWORKS)} configs")  # fmt: skip
     notes: list[str] = []
-    setup, vllm = reader(kind, native, cluster, base_dir, model_config, notes)
-    return RunSetup(framework, kind, model, setup, vllm, tuple(notes))
+    unmodelled: list[str] = []
+    setup, vllm = reader(kind, native, cluster, base_dir, model_config, notes, unmodelled)
+    return RunSetup(framework, kind, model, setup, vllm, tuple(notes), unmodelled=tuple(unmodelled))

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from msgspec import Struct
+from msgspec.structs import replace
 
 from cw_cli.estimate.values import as_mapping, truthy
 
@@ -27,12 +28,28 @@ class Sharding(Struct, frozen=True):
         fsdp: Whether FSDP shards the model (as a full shard).
         offload_optimizer: Whether the optimizer states live on the CPU (or NVMe).
         offload_params: Whether the parameters live on the CPU (or NVMe).
+        activation_checkpointing: FSDP checkpoints each layer itself
+            (``fsdp_activation_checkpointing``), in place of the Trainer's gradient checkpointing.
+        tensor_parallel: Accelerate's ``parallelism_config_tp_size``.
+        context_parallel: Accelerate's ``parallelism_config_cp_size``.
+        shard_group: Ranks one FSDP shard spans when the config says (``dp_shard_size`` x
+            ``cp_size`` under Accelerate's ParallelismConfig), else None.
     """
 
     zero_stage: int | None = None
     fsdp: bool = False
     offload_optimizer: bool = False
     offload_params: bool = False
+    activation_checkpointing: bool = False
+    tensor_parallel: int = 1
+    context_parallel: int = 1
+    shard_group: int | None = None
+
+    def setup_fields(self) -> dict[str, Any]:
+        """The fields :class:`~cw_cli.estimate.memory.TrainingSetup` has under the same names."""
+        fields = {name: getattr(self, name) for name in self.__struct_fields__}
+        del fields["activation_checkpointing"]  # the setup's gradient_checkpointing says it
+        return fields
 
 
 def _read_structured(path: Path) -> Any:
@@ -133,9 +150,37 @@ def accelerate_sharding(value: Any, base_dir: Path | None, notes: list[str],
             offload_optimizer=str(ds.get("offload_optimizer_device", "none")).lower() in ("cpu", "nvme"),
             offload_params=str(ds.get("offload_param_device", "none")).lower() in ("cpu", "nvme"),
         )
+    parallel = parallelism(as_mapping(data.get("parallelism_config")))
     if kind == "FSDP":
-        return fsdp_sharding(as_mapping(data.get("fsdp_config")), notes, source=value)
-    return Sharding()
+        found = fsdp_sharding(as_mapping(data.get("fsdp_config")), notes, source=value) or Sharding()
+        return replace(found, **parallel)
+    return replace(Sharding(), **parallel)
+
+
+def parallelism(config: Mapping[str, Any], prefix: str = "parallelism_config_") -> dict[str, Any]:
+    """Tensor / context parallel sizes and the FSDP shard group from Accelerate's ParallelismConfig
+    (an Accelerate config's ``parallelism_config`` section, or the same keys given to
+    ``accelerate launch``, as a TRL config may).
+
+    Accelerate shards FSDP over its ``dp_shard_cp`` mesh (``dp_shard_size`` x ``cp_size``);
+    ``dp_replicate_size`` replicates those shards (HSDP).
+    """
+    def size(name: str) -> int | None:
+        value = config.get(prefix + name)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+    tp, shard = size("tp_size"), size("dp_shard_size")
+    # context parallelism (ring attention) and sequence parallelism (DeepSpeed's Ulysses / ALST)
+    # both split every sequence's tokens over their ranks
+    cp = (size("cp_size") or 1) * (size("sp_size") or 1)
+    found: dict[str, Any] = {}
+    if tp:
+        found["tensor_parallel"] = tp
+    if cp > 1:
+        found["context_parallel"] = cp
+    if shard:
+        found["shard_group"] = shard * cp
+    return found
 
 
 def fsdp_sharding(config: Mapping[str, Any], notes: list[str], source: str) -> Sharding | None:
@@ -158,4 +203,5 @@ def fsdp_sharding(config: Mapping[str, Any], notes: list[str], source: str) -> S
     if reshard is False:
         notes.append(f"FSDP2 without reshard_after_forward ({source}) is counted as a full shard")
     offload = truthy(config.get("fsdp_offload_params", config.get("offload_params", False)))
-    return Sharding(fsdp=True, offload_optimizer=offload, offload_params=offload)
+    checkpointing = truthy(config.get("fsdp_activation_checkpointing", config.get("activation_checkpointing", False)))
+    return Sharding(fsdp=True, offload_optimizer=offload, offload_params=offload, activation_checkpointing=checkpointing)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,22 @@ from cw_cli.frameworks.tracking import Tracking
 
 AXOLOTL_IMAGE = "axolotlai/axolotl:0.21.0"
 VLLM_PORT = 8000
+#: Where the Axolotl image keeps its repository (its working directory, with deepspeed_configs/).
+AXOLOTL_HOME = "/workspace/axolotl"
+BUNDLED_DEEPSPEED = ("deepspeed_configs/", "./deepspeed_configs/")
+PREFERENCE_METHODS = ("dpo", "ipo", "kto", "orpo", "simpo")
+#: `rl:` methods that generate completions while training (Axolotl's RLType): GRPO, GDPO
+#: (GRPO with per-reward normalisation) and EBFT.
+ONLINE_METHODS = ("grpo", "gdpo", "ebft")
+#: Online methods not scored by `trl.reward_funcs` (EBFT matches features of reference completions).
+UNREWARDED_METHODS = ("ebft",)
+#: Axolotl's N-D parallelism sizes (its `dp_shard_size` x `dp_replicate_size` x
+#: `tensor_parallel_size` x `context_parallel_size` is the run's GPU count).
+PARALLEL_KEYS = ("dp_shard_size", "dp_replicate_size", "tensor_parallel_size", "context_parallel_size",
+                 "sequence_parallel_degree")
+#: GPUs per node cw sizes multi-node Axolotl runs with (its 8-GPU nodes).
+GPUS_PER_NODE = 8
+KEYS_FILE = Path(__file__).with_name("axolotl_keys.txt")
 
 
 class AxolotlFramework(BaseTrainingFramework):
@@ -25,7 +42,11 @@ class AxolotlFramework(BaseTrainingFramework):
     description = "Axolotl: SFT, DPO/IPO/KTO/ORPO/SimPO and GRPO with `axolotl train` (vLLM server for GRPO)"
     training_types = (TrainingType.SFT, TrainingType.DPO, TrainingType.GRPO)
     # `rl:` in the config picks the preference method; each has its own command name too.
-    aliases = {"rlhf": TrainingType.GRPO, **{method: TrainingType.DPO for method in ("ipo", "kto", "orpo", "simpo")}}
+    aliases = {
+        "rlhf": TrainingType.GRPO,
+        **{method: TrainingType.DPO for method in PREFERENCE_METHODS if method != "dpo"},
+        **{method: TrainingType.GRPO for method in ONLINE_METHODS if method != "grpo"},
+    }
     model_key = "base_model"
     module_keys = (("trl", "reward_funcs"), ("datasets", "*", "type"))
     file_keys = (
@@ -61,26 +82,34 @@ class AxolotlFramework(BaseTrainingFramework):
         method = native.get("rl")
         wanted = _command_for(method)
         if method is not None and wanted is None:
-            known = ", ".join(["grpo", *PREFERENCE_METHODS])
+            known = ", ".join([*ONLINE_METHODS, *PREFERENCE_METHODS])
             problems.append(f"`rl: {method}` is not a method cw runs with Axolotl (known: {known})")
         elif wanted is not None and wanted is not training_type:
-            command = f"cw axolotl {method}" if wanted is TrainingType.DPO else "cw axolotl grpo"
+            command = f"cw axolotl {method}"
             problems.append(f"`rl: {method}` is run by `{command} CONFIG`, not `cw axolotl {training_type.value}`")
         elif method is None and training_type is not TrainingType.SFT:
             problems.append(f"missing `rl` (`cw axolotl {training_type.value}` runs an `rl:` method)")
-        if training_type is TrainingType.GRPO:
+        if training_type is TrainingType.GRPO and method not in UNREWARDED_METHODS:
             trl = native.get("trl")
             if not isinstance(trl, dict) or not trl.get("reward_funcs"):
-                problems.append("missing `trl.reward_funcs` (GRPO needs at least one reward function)")
+                problems.append(f"missing `trl.reward_funcs` ({str(method or 'grpo').upper()} needs at least one reward function)")
+        trl = native.get("trl")
+        mode = trl.get("vllm_mode") if isinstance(trl, dict) else None
+        if mode is not None and mode not in ("server", "colocate"):
+            problems.append(f"`trl.vllm_mode: {mode}` is not a vLLM mode; use `server` or `colocate`")
+        for key in PARALLEL_KEYS:
+            value = native.get(key)
+            if value is not None and _count(value) is None:
+                problems.append(f"`{key}: {value!r}` must be a whole number of GPUs, at least 1")
         return problems
 
     def native_resources(
         self, native: dict[str, Any], training_type: TrainingType, base_dir: Path
     ) -> dict[tuple[str, ...], tuple[int, str]]:
+        sizes = _parallel_sizes(native)
         vllm = native.get("vllm")
-        if training_type is not TrainingType.GRPO or not isinstance(vllm, dict):
-            return {}
-        sizes: dict[tuple[str, ...], tuple[int, str]] = {}
+        if training_type is not TrainingType.GRPO or not isinstance(vllm, dict) or not wants_vllm_server(native, {}):
+            return sizes
         tensor, data = _count(vllm.get("tensor_parallel_size")), _count(vllm.get("data_parallel_size"))
         if tensor or data:
             sizes[("services", "server", "gpu")] = ((tensor or 1) * (data or 1), "vllm.tensor_parallel_size x data_parallel_size")
@@ -124,10 +153,13 @@ class AxolotlFramework(BaseTrainingFramework):
             # Axolotl's examples name the repo's own deepspeed_configs/, which its image holds in
             # its working directory; the trainer works in the run's folder instead.
             config["deepspeed"] = f"{AXOLOTL_HOME}/{deepspeed.removeprefix('./')}"
+        _check_parallel_sizes(native, context)
         if context.training_type is TrainingType.GRPO:
             _check_grpo_batch(native, total_processes(context))
+            config["rl"] = native.get("rl") or "grpo"
+            if not self._uses_generation_server(native, context):
+                return config  # the trainer generates itself (colocated vLLM, or HF generate)
             server = server_sizing(context, "server", VLLM_PORT)
-            config["rl"] = "grpo"
             # `axolotl vllm-serve` reads the `vllm:` block; the trainer finds it through `trl:`.
             config["vllm"] = {
                 **(native.get("vllm") or {}),
@@ -139,6 +171,7 @@ class AxolotlFramework(BaseTrainingFramework):
             config["trl"] = {
                 **(native.get("trl") or {}),
                 "use_vllm": True,
+                "vllm_mode": "server",
                 "vllm_server_host": context.names["server"],
                 "vllm_server_port": server.port,
             }
@@ -150,27 +183,90 @@ class AxolotlFramework(BaseTrainingFramework):
         launch = accelerate_args(context, distributed_mode=not own_mode)
         return ["axolotl", "train", CONFIG_FILE, "--launcher", "accelerate", "--", *launch]
 
+    def _uses_generation_server(self, native: dict[str, Any], context: RunContext) -> bool:
+        return context.training_type is TrainingType.GRPO and wants_vllm_server(native, context.cluster.services)
+
     def services(self, native: dict[str, Any], context: RunContext) -> list[ServiceDef]:
-        if context.training_type is not TrainingType.GRPO:
+        if not self._uses_generation_server(native, context):
             return []
         server = server_sizing(context, "server", VLLM_PORT)
         image = context.cluster.image or AXOLOTL_IMAGE
         return [server.service(image, ["axolotl", "vllm-serve", CONFIG_FILE], "/health/")]
 
 
-#: Where the Axolotl image keeps its repository (its working directory, with deepspeed_configs/).
-AXOLOTL_HOME = "/workspace/axolotl"
-BUNDLED_DEEPSPEED = ("deepspeed_configs/", "./deepspeed_configs/")
-PREFERENCE_METHODS = ("dpo", "ipo", "kto", "orpo", "simpo")
-KEYS_FILE = Path(__file__).with_name("axolotl_keys.txt")
 
 
 def _command_for(method: object) -> TrainingType | None:
-    if method == "grpo":
+    if method in ONLINE_METHODS:
         return TrainingType.GRPO
     if method in PREFERENCE_METHODS:
         return TrainingType.DPO
     return None
+
+
+def wants_vllm_server(native: dict[str, Any], services: Collection[str]) -> bool:
+    """Whether an Axolotl GRPO config generates with a separate `axolotl vllm-serve` server.
+
+    Axolotl forwards ``trl.use_vllm`` (default false) and ``trl.vllm_mode`` (unset: TRL's
+    default, colocate) to TRL: a server only for ``vllm_mode: server`` or a ``services.server``
+    of cw's config, never against ``use_vllm: false`` or ``vllm_mode: colocate``.
+    """
+    trl: dict[str, Any] = native["trl"] if isinstance(native.get("trl"), dict) else {}
+    use_vllm, mode = trl.get("use_vllm"), trl.get("vllm_mode")
+    if use_vllm is False or mode == "colocate":
+        return False
+    return (use_vllm is True and mode == "server") or "server" in services
+
+
+def _parallel_product(native: dict[str, Any]) -> tuple[int, list[str]]:
+    """The product of the parallel sizes the config sets, and how each was written."""
+    product, written = 1, []
+    for key in PARALLEL_KEYS:
+        size = _count(native.get(key))
+        if size is None or (key == "sequence_parallel_degree" and "context_parallel_size" in native):
+            continue  # the old name of context_parallel_size counts once
+        product *= size
+        written.append(f"{key}: {size}")
+    return product, written
+
+
+def _layout(total: int) -> tuple[int, int]:
+    """(GPUs per node, nodes) for a run of ``total`` GPUs: one node up to 8, whole 8-GPU nodes beyond."""
+    if total <= GPUS_PER_NODE or total % GPUS_PER_NODE:
+        return total, 1
+    return GPUS_PER_NODE, total // GPUS_PER_NODE
+
+
+def _parallel_sizes(native: dict[str, Any]) -> dict[tuple[str, ...], tuple[int, str]]:
+    """GPUs and nodes when the config names every dimension (``dp_shard_size`` included)."""
+    if _count(native.get("dp_shard_size")) is None:
+        return {}
+    total, written = _parallel_product(native)
+    source = " x ".join(written)
+    gpus, nodes = _layout(total)
+    sizes: dict[tuple[str, ...], tuple[int, str]] = {("gpu",): (gpus, source)}
+    if nodes > 1:
+        sizes[("nodes",)] = (nodes, source)
+    return sizes
+
+
+def _check_parallel_sizes(native: dict[str, Any], context: RunContext) -> None:
+    """The run's GPUs must be what Axolotl's parallel sizes multiply to (or, without
+    ``dp_shard_size``, which takes the GPUs left, a multiple of them)."""
+    product, written = _parallel_product(native)
+    if not written:
+        return
+    gpus = total_processes(context)
+    where = f"{max(1, context.gpus)} GPU(s) x {context.cluster.nodes} node(s) = {gpus}"
+    sizes = " x ".join(written)
+    per_node, nodes = _layout(product)
+    if _count(native.get("dp_shard_size")) is not None and gpus != product:
+        raise ValueError(f"{sizes} = {product} GPUs, but the run has {where}; run it with --gpu {per_node} --nodes {nodes}")
+    if gpus % product:
+        raise ValueError(
+            f"{sizes} needs a multiple of {product} GPUs (dp_shard_size takes the GPUs left), but the run has "
+            f"{where}; run it with --gpu {per_node} --nodes {nodes}, or change the sizes"
+        )
 
 
 def _check_grpo_batch(native: dict[str, Any], processes: int) -> None:

@@ -1,4 +1,5 @@
-"""TRL: `trl sft|dpo|grpo --config ...`, with a vLLM generation server and a reward server for GRPO."""
+"""TRL: `trl sft|dpo|grpo|kto|reward|rloo|distillation --config ...`, with a vLLM generation server and a reward
+server for the types that generate online (GRPO, RLOO)."""
 
 from __future__ import annotations
 
@@ -52,8 +53,17 @@ class TRLFramework(BaseTrainingFramework):
     """Hugging Face TRL through its own command line."""
 
     name = "trl"
-    description = "Hugging Face TRL: SFT, DPO and GRPO through the `trl` command line"
-    training_types = (TrainingType.SFT, TrainingType.DPO, TrainingType.GRPO)
+    description = "Hugging Face TRL: SFT, DPO, GRPO, KTO, reward models, RLOO and distillation through the `trl` command line"
+    #: Every training command of `trl` 1.16 (trl/cli/commands/__init__.py).
+    training_types = (
+        TrainingType.SFT,
+        TrainingType.DPO,
+        TrainingType.GRPO,
+        TrainingType.KTO,
+        TrainingType.REWARD,
+        TrainingType.RLOO,
+        TrainingType.DISTILLATION,
+    )
     aliases = {"rlhf": TrainingType.GRPO}
     launcher_resumes = True
     module_keys = (("reward_funcs",),)
@@ -76,6 +86,8 @@ class TRLFramework(BaseTrainingFramework):
 
     def required_keys(self, training_type: TrainingType) -> list[tuple[str, ...]]:
         keys: list[tuple[str, ...]] = [("model_name_or_path",), ("dataset_name", "datasets")]
+        if training_type is TrainingType.DISTILLATION:
+            keys.append(("teacher_model_name_or_path",))  # trl/scripts/distillation.py stops without it
         return keys
 
     def validate_config(self, native: dict[str, Any], training_type: TrainingType) -> list[str]:
@@ -94,7 +106,7 @@ class TRLFramework(BaseTrainingFramework):
         funcs = native.get("reward_funcs")
         if funcs is not None and not isinstance(funcs, (str, list)):
             problems.append("`reward_funcs` must be a name or a list of names / dotted import paths")
-        if training_type is TrainingType.GRPO and native.get("use_vllm") and native.get("vllm_mode") == "server":
+        if training_type.generates and native.get("use_vllm") and native.get("vllm_mode") == "server":
             if native.get("vllm_server_base_url"):
                 problems.append(
                     "`vllm_server_base_url` points the trainer at a server of your own, but cw runs the run's vLLM "
@@ -120,7 +132,7 @@ class TRLFramework(BaseTrainingFramework):
         return config, notes
 
     def _uses_generation_server(self, native: dict[str, Any], context: RunContext) -> bool:
-        return context.training_type is TrainingType.GRPO and wants_vllm_server(native, context.cluster.services)
+        return context.training_type.generates and wants_vllm_server(native, context.cluster.services)
 
     def native_resources(
         self, native: dict[str, Any], training_type: TrainingType, base_dir: Path
@@ -131,7 +143,7 @@ class TRLFramework(BaseTrainingFramework):
             if machines and machines > 1:
                 sizes[("nodes",)] = (machines, f"num_machines{source}")
             sizes[("gpu",)] = (max(1, processes // max(1, machines or 1)), f"num_processes{source}")
-        if training_type is TrainingType.GRPO and wants_vllm_server(native, {}):
+        if training_type.generates and wants_vllm_server(native, {}):
             tensor = native.get("vllm_tensor_parallel_size")
             if isinstance(tensor, int) and not isinstance(tensor, bool) and tensor > 1:
                 sizes[("services", "server", "tensor_parallel_size")] = (tensor, "vllm_tensor_parallel_size")
@@ -143,7 +155,7 @@ class TRLFramework(BaseTrainingFramework):
 
     def _uses_reward_server(self, context: RunContext) -> bool:
         reward = context.cluster.services.get("reward")
-        return context.training_type is TrainingType.GRPO and reward is not None and reward.model is not None
+        return context.training_type.generates and reward is not None and reward.model is not None
 
     def prepare_config(self, native: dict[str, Any], context: RunContext) -> dict[str, Any]:
         config = dict(native)
@@ -289,7 +301,7 @@ def _unknown_keys(native: dict[str, Any], training_type: TrainingType) -> list[s
 
 
 def wants_vllm_server(native: dict[str, Any], services: Collection[str]) -> bool:
-    """Whether a GRPO config generates with a separate vLLM server.
+    """Whether a GRPO or RLOO config generates with a separate vLLM server.
 
     TRL's own defaults are ``use_vllm: false`` and ``vllm_mode: colocate`` (TRL 1.16): only a
     config that asks for server mode, or configures ``services.server``, gets one.

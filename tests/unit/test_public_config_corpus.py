@@ -125,7 +125,13 @@ def test_public_config_runs_as_written(entry):
         assert int(server["resources"]["limits"]["nvidia.com/gpu"]) == facts["gpus"]["inference"]
         assert mounted["inference"]["gpus"] == facts["gpus"]["inference"]
     vllm = native.get("vllm") if framework == "axolotl" else None
-    if entry.get("rl") == "grpo" and isinstance(vllm, dict) and vllm.get("tensor_parallel_size"):
+    mode = (native.get("trl") or {}).get("vllm_mode") if framework == "axolotl" else None
+    if entry.get("rl") == "grpo" and mode != "server":
+        # Axolotl forwards an unset vllm_mode, so TRL's default (colocate) generates on the
+        # trainer's GPUs: no server, and the user's generation settings reach TRL unchanged.
+        assert not [m for m in plan.manifests if m["kind"] == "Deployment"]
+        assert mounted["trl"] == native["trl"]
+    elif entry.get("rl") == "grpo" and isinstance(vllm, dict) and vllm.get("tensor_parallel_size"):
         server = container(obj(plan, "Deployment", f"{RUN}-server"), "server")
         wanted = vllm["tensor_parallel_size"] * vllm.get("data_parallel_size", 1)
         assert int(server["resources"]["limits"]["nvidia.com/gpu"]) == wanted
