@@ -124,10 +124,13 @@ class RunEstimate(Struct, frozen=True):
                 text += f" ({need / gpu.bytes:.0%})"
             parts.append(text)
         where = f" of {gpu.bytes / GIB:.1f} GiB per GPU" if gpu else " per GPU (GPU memory unknown)"
-        verdict = "" if self.fits is None else ": fits" if self.fits else (
-            ": does not fit" + (" (clearly)" if self.clearly_too_big else " (within the estimate's error band)"))
-        if self.unmodelled:
-            verdict += f" (not counted: {'; '.join(self.unmodelled)}; never refused for that)"
+        if self.unmodelled and self.fits is False:
+            verdict = f": does not fit by this count, which leaves out {'; '.join(self.unmodelled)} (never refused for that)"
+        else:
+            verdict = "" if self.fits is None else ": fits" if self.fits else (
+                ": does not fit" + (" (clearly)" if self.clearly_too_big else " (within the estimate's error band)"))
+            if self.unmodelled:
+                verdict += f" (not counted: {'; '.join(self.unmodelled)})"
         return f"memory estimate: {', '.join(parts)}{where}{verdict}"
 
     def _needs(self) -> list[tuple[str, int]]:

@@ -427,8 +427,8 @@ def estimate_memory(
         )
     return Estimate(
         model_type=counts.model_type,
-        parameters=counts.total_parameters,
-        active_parameters=counts.active_parameters,
+        parameters=groups.total,  # a classifier head in place of the LM head changes the count
+        active_parameters=counts.active_parameters - (counts.total_parameters - groups.total),
         trainable_parameters=trainable,
         counting=counts.method,
         gpu_memory_bytes=gpu_memory_bytes,

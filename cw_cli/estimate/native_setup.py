@@ -354,6 +354,8 @@ def _axolotl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec
         score_labels = as_count(native.get("num_labels"), 2)  # a token classifier per step
     if rl == "ebft":
         unmodelled.append("`rl: ebft` (its training loop)")
+    if as_count(native.get("expert_parallel_size"), 1) > 1:
+        unmodelled.append("`expert_parallel_size` (experts sharded over ranks)")
     attention = native.get("attn_implementation") or ("flash_attention_2" if truthy(native.get("flash_attention"))
                                                       else None)  # fmt: skip
     setup = TrainingSetup(

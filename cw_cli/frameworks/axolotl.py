@@ -26,10 +26,11 @@ PREFERENCE_METHODS = ("dpo", "ipo", "kto", "orpo", "simpo")
 ONLINE_METHODS = ("grpo", "gdpo", "ebft")
 #: Online methods not scored by `trl.reward_funcs` (EBFT matches features of reference completions).
 UNREWARDED_METHODS = ("ebft",)
-#: Axolotl's N-D parallelism sizes (its `dp_shard_size` x `dp_replicate_size` x
-#: `tensor_parallel_size` x `context_parallel_size` is the run's GPU count).
+#: Axolotl's N-D parallelism sizes: their product is the run's GPU count (`dp_shard_size` x
+#: `dp_replicate_size` x `tensor_parallel_size` x `context_parallel_size`, and x
+#: `expert_parallel_size` with its expert-parallel plugin: "world size = ep x dp_shard_size").
 PARALLEL_KEYS = ("dp_shard_size", "dp_replicate_size", "tensor_parallel_size", "context_parallel_size",
-                 "sequence_parallel_degree")
+                 "sequence_parallel_degree", "expert_parallel_size")
 #: GPUs per node cw sizes multi-node Axolotl runs with (its 8-GPU nodes).
 GPUS_PER_NODE = 8
 KEYS_FILE = Path(__file__).with_name("axolotl_keys.txt")
@@ -238,10 +239,14 @@ def _layout(total: int) -> tuple[int, int]:
 
 
 def _parallel_sizes(native: dict[str, Any]) -> dict[tuple[str, ...], tuple[int, str]]:
-    """GPUs and nodes when the config names every dimension (``dp_shard_size`` included)."""
-    if _count(native.get("dp_shard_size")) is None:
-        return {}
+    """GPUs and nodes when the config names every dimension (``dp_shard_size`` included).
+
+    Sizes that multiply to 1 say nothing (Axolotl's examples write the defaults out, e.g. the
+    falcon-e DPO example run on 4 GPUs): the run keeps cw's sizing.
+    """
     total, written = _parallel_product(native)
+    if _count(native.get("dp_shard_size")) is None or total == 1:
+        return {}
     source = " x ".join(written)
     gpus, nodes = _layout(total)
     sizes: dict[tuple[str, ...], tuple[int, str]] = {("gpu",): (gpus, source)}
@@ -254,7 +259,7 @@ def _check_parallel_sizes(native: dict[str, Any], context: RunContext) -> None:
     """The run's GPUs must be what Axolotl's parallel sizes multiply to (or, without
     ``dp_shard_size``, which takes the GPUs left, a multiple of them)."""
     product, written = _parallel_product(native)
-    if not written:
+    if product == 1:
         return
     gpus = total_processes(context)
     where = f"{max(1, context.gpus)} GPU(s) x {context.cluster.nodes} node(s) = {gpus}"
@@ -270,29 +275,36 @@ def _check_parallel_sizes(native: dict[str, Any], context: RunContext) -> None:
 
 
 def _check_grpo_batch(native: dict[str, Any], processes: int) -> None:
-    """Axolotl's own GRPO batch rules, checked before the run rather than in the pod.
+    """TRL's GRPO batch rule (GRPOConfig.__post_init__, which Axolotl's `trl:` block feeds),
+    checked before the run rather than in the pod.
 
-    The generation batch (``trl.generation_batch_size``, else micro_batch_size x
-    gradient_accumulation_steps) must be a multiple of ``trl.num_generations``, and hold a whole
-    group for every trainer process.
+    The generation batch (``trl.generation_batch_size``, else micro_batch_size x trainer processes
+    x ``trl.steps_per_generation`` or gradient_accumulation_steps) must be a multiple of
+    ``trl.num_generations``; an explicit one must also be a multiple of micro_batch_size x
+    processes (the global batch).
     """
     trl: dict[str, Any] = native["trl"] if isinstance(native.get("trl"), dict) else {}
     groups = _count(trl.get("num_generations"))
     if groups is None:
         return
     micro = _count(native.get("micro_batch_size")) or 1
-    accumulation = _count(native.get("gradient_accumulation_steps")) or 1
+    steps = _count(trl.get("steps_per_generation")) or _count(native.get("gradient_accumulation_steps")) or 1
     explicit = _count(trl.get("generation_batch_size"))
-    batch = explicit or micro * accumulation
-    source = "`trl.generation_batch_size`" if explicit else f"micro_batch_size x gradient_accumulation_steps ({micro} x {accumulation})"
-    if batch % groups:
-        raise ValueError(f"{source} = {batch} must be a multiple of `trl.num_generations: {groups}`")
-    if processes > 1 and batch < groups * processes:
-        fits = max(1, batch // groups)
+    global_batch = micro * processes
+    if explicit is not None and explicit % global_batch:
         raise ValueError(
-            f"`trl.num_generations: {groups}` on {processes} trainer processes needs a generation batch of at least "
-            f"{groups * processes} (a whole group per process), but {source} = {batch}; run on {fits} GPU(s) "
-            f"(--gpu {fits}) or raise `gradient_accumulation_steps` to {-(-groups * processes // micro)}"
+            f"`trl.generation_batch_size: {explicit}` must be a multiple of micro_batch_size x trainer processes "
+            f"({micro} x {processes} = {global_batch})"
+        )
+    batch = explicit or global_batch * steps
+    if batch % groups:
+        source = ("`trl.generation_batch_size`" if explicit else
+                  f"micro_batch_size x trainer processes x steps per generation ({micro} x {processes} x {steps})")
+        fits = next((n for n in range(processes, 0, -1) if (explicit or micro * n * steps) % groups == 0), None)
+        fix = f"run on {fits} GPU(s) (--gpu {fits}) or " if fits and fits != processes and not explicit else ""
+        raise ValueError(
+            f"{source} = {batch} must be a multiple of `trl.num_generations: {groups}` (TRL's rule); "
+            f"{fix}change `gradient_accumulation_steps` or `trl.num_generations`"
         )
 
 

@@ -38,8 +38,8 @@ KEYS_FILE = Path(__file__).with_name("trl_keys.json")
 FOREIGN_KEYS = {
     "dataset_mixer": "is read by alignment-handbook's own scripts, not `trl`; list the datasets under `datasets:` "
     "(each `{path: <hub id>, split: train}`) or set `dataset_name`",
-    "dataset_mixture": "is read by open-r1's own scripts, not `trl`; move `dataset_mixture.datasets` to `datasets:` "
-    "(each item's `id` becomes `path`) or set `dataset_name`",
+    "dataset_mixture": "is read by open-r1's and alignment-handbook's own scripts, not `trl`; move "
+    "`dataset_mixture.datasets` to `datasets:` (each item's `id` becomes `path`) or set `dataset_name`",
     "system_prompt": "is read by open-r1's own scripts, not `trl`, which has no such option; put the system message "
     "in the dataset's prompts and remove it",
     "dataset_prompt_column": "is read by open-r1's own scripts, not `trl`; `trl grpo` reads the `prompt` column, so "
@@ -106,6 +106,8 @@ class TRLFramework(BaseTrainingFramework):
         funcs = native.get("reward_funcs")
         if funcs is not None and not isinstance(funcs, (str, list)):
             problems.append("`reward_funcs` must be a name or a list of names / dotted import paths")
+        elif funcs is not None and training_type.generates:
+            problems += _unknown_reward_names(funcs, training_type)
         if training_type.generates and native.get("use_vllm") and native.get("vllm_mode") == "server":
             if native.get("vllm_server_base_url"):
                 problems.append(
@@ -297,6 +299,30 @@ def _unknown_keys(native: dict[str, Any], training_type: TrainingType) -> list[s
             f"; did you mean `{close[0]}`?" if close else "; it is read by another project's script, not by `trl`"
         )
         problems.append(f"`{key}` {fix} (trl would pass it to `accelerate launch`, which stops)")
+    return problems
+
+
+#: Reward function names `trl grpo` / `trl rloo` resolve themselves (trl/scripts/grpo.py
+#: `reward_funcs_registry`); anything else must be a dotted import path.
+TRL_REWARD_NAMES = ("accuracy_reward", "reasoning_accuracy_reward", "think_format_reward", "get_soft_overlong_punishment")
+#: open-r1's reward names (src/open_r1/rewards.py), which its own grpo.py resolves and `trl` does not.
+OPEN_R1_REWARDS = ("accuracy", "format", "tag_count", "reasoning_steps", "cosine", "repetition_penalty", "length",
+                   "code", "binary_code", "ioi_code", "cf_code", "code_format", "soft_overlong_punishment")
+
+
+def _unknown_reward_names(funcs: str | list[Any], training_type: TrainingType) -> list[str]:
+    """Plain names in `reward_funcs` that `trl` cannot resolve (it stops at start-up on them)."""
+    names = [funcs] if isinstance(funcs, str) else funcs
+    problems = []
+    for name in names:
+        if not isinstance(name, str) or "." in name or name in TRL_REWARD_NAMES or name == REWARD_FUNCTION:
+            continue
+        whose = " (an open-r1 reward, resolved by open-r1's own grpo.py)" if name in OPEN_R1_REWARDS else ""
+        problems.append(
+            f"`reward_funcs`: `{name}`{whose} is not a reward `trl {training_type.value}` knows; use one of "
+            f"{', '.join(TRL_REWARD_NAMES)}, or a dotted path to your own function (`rewards.{name}` in a rewards.py "
+            "next to the config ships with the run)"
+        )
     return problems
 
 

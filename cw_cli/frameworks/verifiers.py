@@ -76,6 +76,27 @@ SCHEMA_KEYS = {
 PRIME_CLI = "prime==0.18.0"
 
 
+#: Keys that only prime-rl's `rl` TOML has (its GPU id lists and async orchestrator).
+_PRIME_RL_KEYS = ("inference_gpu_ids", "trainer_gpu_ids", "max_async_level", "orchestrator", "ckpt")
+#: Keys of Prime Intellect's hosted training configs (`prime rl` / the lab), with `[[env]]` tables.
+_HOSTED_KEYS = ("rollouts_per_example", "batch_size", "sampling")
+
+
+def _foreign_format(native: dict[str, Any]) -> str | None:
+    """Why a TOML file is another program's config rather than verifiers' vf-rl one (None if it is not)."""
+    what = "cw runs verifiers' vf-rl TOML files (`model`, `[env]`, `[inference]`, `[trainer]`; verifiers/rl/README.md)"
+    prime = [key for key in _PRIME_RL_KEYS if key in native]
+    if prime or isinstance(native.get("model"), dict):
+        keys = ", ".join(f"`{key}`" for key in (prime or ["[model]"]))
+        return f"this is a prime-rl config ({keys}), not a vf-rl config; {what}; run it with prime-rl itself"
+    if isinstance(native.get("env"), list) or any(key in native for key in _HOSTED_KEYS):
+        keys = ", ".join(f"`{key}`" for key in ["[[env]]" if isinstance(native.get("env"), list) else "",
+                                                 *(k for k in _HOSTED_KEYS if k in native)] if key)
+        return (f"this is a Prime Intellect hosted-training config ({keys}), not a vf-rl config; {what}; "
+                "submit it with `prime rl` instead")
+    return None
+
+
 def _mapping(native: dict[str, Any], *path: str) -> dict[str, Any]:
     if path and path[0] == "env":  # vf-rl's [env], whichever spelling the file uses
         path = ("environment" if "environment" in native else "env", *path[1:])
@@ -159,6 +180,8 @@ class VerifiersFramework(BaseTrainingFramework):
 
     def claims_native_keys(self, data: dict[str, Any]) -> set[str]:
         env = data.get("env")
+        if isinstance(env, list) and env and all(isinstance(item, dict) for item in env):
+            return {"env"}  # `[[env]]` tables: a hosted-training config, refused as a whole below
         return {"env"} if isinstance(env, dict) and ("id" in env or isinstance(env.get("args"), dict)) else set()
 
     def native_resources(
@@ -177,6 +200,9 @@ class VerifiersFramework(BaseTrainingFramework):
         return sizes
 
     def validate_config(self, native: dict[str, Any], training_type: TrainingType) -> list[str]:
+        foreign = _foreign_format(native)
+        if foreign:
+            return [foreign]  # one clear line, not a dozen about keys of another program's schema
         problems = super().validate_config(native, training_type)
         if "model" in native and (not isinstance(native["model"], str) or not native["model"]):
             problems.append("`model` must be a model name or a path such as /checkpoints/base")

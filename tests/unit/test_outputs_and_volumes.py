@@ -177,6 +177,6 @@ def test_files_of_any_type_ship_and_the_total_is_checked(tmp_path):
 
 def test_a_reward_module_named_by_a_dotted_path_ships_importable(tmp_path):
     (tmp_path / "my_rewards.py").write_text("def short(**kw):\n    return [0.0]\n")
-    plan = plan_for("trl", "grpo", write_config(tmp_path, {**SFT, "reward_funcs": ["my_rewards.short", "accuracy"]}))
+    plan = plan_for("trl", "grpo", write_config(tmp_path, {**SFT, "reward_funcs": ["my_rewards.short", "accuracy_reward"]}))
     assert "def short" in obj(plan, "ConfigMap", f"{RUN}-config")["data"]["my_rewards.py"]
-    assert mounted_config(plan)["reward_funcs"] == ["my_rewards.short", "accuracy"]
+    assert mounted_config(plan)["reward_funcs"] == ["my_rewards.short", "accuracy_reward"]

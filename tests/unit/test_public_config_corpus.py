@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from unit_helpers import REPO, container, mounted_config, obj, plan_for
+from unit_helpers import REPO, container, mounted_config, obj, plan_for, write_config
 
 CORPUS = REPO / "tests" / "corpus"
 INDEX = yaml.safe_load((CORPUS / "index.yaml").read_text())
@@ -250,11 +250,20 @@ def test_a_relocated_corpus_copy_still_finds_its_files(tmp_path):
 
 
 @pytest.mark.parametrize("stem", sorted(CW_FLAGS))
-def test_an_axolotl_grpo_batch_too_small_for_the_gpus_is_refused_with_a_count_that_fits(stem):
+def test_an_axolotl_grpo_batch_runs_on_the_default_gpus_under_trls_rule(stem):
+    """TRL's rule (GRPOConfig): micro batch x processes x steps per generation must be a multiple
+    of num_generations; a group need not fit in one process, so the default 8 GPUs are fine."""
+    entry = next(e for e in INDEX if Path(e["file"]).stem == stem)
+    plan = plan_for("axolotl", "grpo", CORPUS / entry["file"], ["checkpoint_volume=ckpts", *_secrets(entry)])
+    assert int(container(plan.manifests[0], "trainer")["resources"]["limits"]["nvidia.com/gpu"]) == 8
+
+
+def test_an_axolotl_grpo_batch_trl_would_refuse_is_refused_with_a_count_that_fits(tmp_path):
     from cw_cli.errors import ConfigError
 
-    entry = next(e for e in INDEX if Path(e["file"]).stem == stem)
+    data = {"base_model": "m", "datasets": [{"path": "p", "type": "t"}], "rl": "grpo", "micro_batch_size": 1,
+            "gradient_accumulation_steps": 1, "trl": {"num_generations": 4, "reward_funcs": ["r.f"]}}  # fmt: skip
     with pytest.raises(ConfigError) as info:
-        plan_for("axolotl", "grpo", CORPUS / entry["file"], ["checkpoint_volume=ckpts", *_secrets(entry)])
+        plan_for("axolotl", "grpo", write_config(tmp_path, data), gpu=6)
     text = "\n".join(info.value.issues)
-    assert "`trl.num_generations:" in text and f"(--gpu {CW_FLAGS[stem]['gpu']})" in text
+    assert "(1 x 6 x 1) = 6 must be a multiple of `trl.num_generations: 4`" in text and "(--gpu 4)" in text
