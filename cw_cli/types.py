@@ -17,6 +17,10 @@ if TYPE_CHECKING:  # a type only: pydantic is heavy and config is a higher step
     from cw_cli.config.models import ClusterSpec
 
 
+#: Where the trainer finds the run's own code (`code:`): an emptyDir that cw_code.py fills at start.
+CODE_MOUNT = "/cw-code"
+
+
 class TrainingType(str, Enum):
     """The training methods cw knows; a framework supports a subset."""
 
@@ -73,6 +77,9 @@ class NativeConfigRules(Protocol):
 
     @property
     def resources(self) -> ResourceDefaultsLike: ...
+
+    @property
+    def script_reads_its_own_keys(self) -> bool: ...
 
     def claims_native_keys(self, data: dict[str, Any]) -> set[str]: ...
 

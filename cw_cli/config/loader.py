@@ -172,8 +172,12 @@ def load_run_config(
         if name == "image" and (bad_image := image_problem(value)):
             issues.append(f"--image: {bad_image}")
     native = deep_merge(framework.native_defaults(training_type), native)
-    native, upgraded = framework.upgrade_config(native, training_type)
-    notices += upgraded
+    # A script of the user's reads the file with its own parser: cw neither renames keys for the
+    # framework's command nor checks them against it.
+    own_script = cluster_part.get("script") is not None and framework.script_reads_its_own_keys
+    if not own_script:
+        native, upgraded = framework.upgrade_config(native, training_type)
+        notices += upgraded
     for field_path, (wanted, native_key) in framework.native_resources(native, training_type, path.parent).items():
         mismatch = _size_from_native(cluster_part, field_path, wanted, native_key, origins, notices)
         if mismatch:
@@ -192,7 +196,7 @@ def load_run_config(
     if cluster is not None:
         conflicts = _environment_conflicts(cluster, framework, native, host_env, launch)
         issues += [f"{_origin((key,), source, origins)}: {problem}" for key, problem in conflicts]
-    for problem in framework.validate_config(native, training_type):
+    for problem in [] if own_script else framework.validate_config(native, training_type):
         # Messages name their field in backticks; point at that key's line when the file has it.
         named = re.search(r"`([A-Za-z_][\w.]*)", problem)
         key_path = tuple(named.group(1).split(".")) if named else ()

@@ -18,10 +18,11 @@ import types
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
 from pydantic.functional_validators import BeforeValidator
 
 from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
+from cw_cli.types import CODE_MOUNT
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -178,7 +179,7 @@ class Toleration(StrictModel):
 
 
 #: Mount paths cw owns in every pod; a user volume may not take them.
-RESERVED_MOUNTS = ("/etc/cw", "/checkpoints", "/dev/shm", "/hf-cache")
+RESERVED_MOUNTS = ("/etc/cw", "/checkpoints", "/dev/shm", "/hf-cache", CODE_MOUNT)
 #: `checkpoint_volume: none`: the user accepts that the run's outputs die with its pod.
 NO_VOLUME = "none"
 
@@ -204,6 +205,83 @@ class VolumeMount(StrictModel):
 
 def _volume_mount(value: object) -> object:
     return {"path": value} if isinstance(value, str) else value
+
+
+#: A git remote cw hands to `git clone`: a URL (https, ssh, git, file) or scp-like `user@host:path`;
+#: never an option (a leading '-' would be one), never whitespace or control characters.
+_GIT_URL = re.compile(r"(?:(?:https?|ssh|git|file)://[^\s]+|[\w.-]+@[\w.-]+:[^\s]+)")
+#: A full commit id (SHA-1, or SHA-256 repositories): a branch or tag moves, a resumed run must not.
+_COMMIT = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
+#: A script path inside the code: relative, no '..', plain characters.
+_SCRIPT_PATH = re.compile(r"[\w][\w.-]*(?:/[\w][\w.-]*)*\.py")
+
+
+class CodeSource(StrictModel):
+    """The run's own code: a local folder shipped with the run, or a git repository at a commit.
+
+    The trainer finds it at /cw-code (on PYTHONPATH, with its `src/` folder), fetched or unpacked
+    before the command starts, on every node.
+    """
+
+    path: str | None = Field(
+        default=None, description="A local folder (relative to the config), shipped with the run (1 MiB compressed)."
+    )
+    git: str | None = Field(
+        default=None, description="A git repository the pods clone, e.g. https://github.com/huggingface/open-r1."
+    )
+    commit: str | None = Field(
+        default=None, description="The full commit id to check out (required with `git`: a branch moves, a resumed run must not)."
+    )
+    install: bool = Field(
+        default=False,
+        description="pip-install the code (`pip install --no-deps`, its pyproject.toml or setup.py) before the command; "
+        "list its dependencies under `pip`.",
+    )
+
+    @field_validator("git")
+    @classmethod
+    def _git_url(cls, url: str | None) -> str | None:
+        if url is not None and (not _GIT_URL.fullmatch(url) or not url.isprintable()):
+            raise ValueError(
+                f"{url[:80]!r} is not a git URL cw can clone; write one such as https://github.com/org/repo "
+                "(or git@github.com:org/repo)"
+            )
+        return url
+
+    @field_validator("commit", mode="before")
+    @classmethod
+    def _full_commit(cls, commit: object) -> object:
+        if isinstance(commit, str) and _COMMIT.fullmatch(commit.strip().lower()):
+            return commit.strip().lower()
+        if commit is None:
+            return commit
+        raise ValueError(
+            f"{str(commit)[:80]!r} is not a full commit id (40 hex digits): a branch or tag moves, and a resumed run "
+            "must run the same code; find it with `git ls-remote <url> <branch>` or `git rev-parse HEAD`"
+        )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "CodeSource":
+        if (self.path is None) == (self.git is None):
+            raise ValueError("give either `path` (a local folder) or `git` (a repository) with `commit`")
+        if self.git is not None and self.commit is None:
+            raise ValueError("`git` needs `commit`, the full commit id to run (a branch moves)")
+        if self.path is not None and self.commit is not None:
+            raise ValueError("`commit` goes with `git`; a local folder is shipped as it is")
+        return self
+
+
+def _code_source(value: object) -> object:
+    return {"path": value} if isinstance(value, str) else value
+
+
+def _script_path(value: object) -> object:
+    if isinstance(value, str) and not (_SCRIPT_PATH.fullmatch(value) and ".." not in value.split("/")):
+        raise ValueError(
+            f"{value[:80]!r} is not a relative path to a .py file (letters, digits, '_', '-', '.' and '/', no '..'), "
+            "e.g. src/open_r1/grpo.py"
+        )
+    return value
 
 
 class ServiceResources(StrictModel):
@@ -303,6 +381,18 @@ class ClusterSpec(StrictModel):
         default=[],
         description="Files (paths relative to the config) shipped in the ConfigMap to /etc/cw/<name>, e.g. reward "
         "functions (importable there) or templates; 1 MiB in all.",
+    )
+    code: Annotated[CodeSource, BeforeValidator(_code_source)] | None = Field(
+        default=None,
+        description="Your own code for the trainer: a local folder (`code: ./my_project`, shipped with the run) or "
+        "`{git: URL, commit: SHA}`, at /cw-code in the pods and importable there (its src/ too); `install: true` "
+        "pip-installs it.",
+    )
+    script: Annotated[str, BeforeValidator(_script_path)] | None = Field(
+        default=None,
+        description="Run your own training script instead of the framework's command (trl: `accelerate launch "
+        "<script> --config <the mounted config>`), a path inside `code`, or next to the config without it; its own "
+        "parser reads the config.",
     )
     pip: list[Requirement] = Field(
         default=[],
@@ -433,4 +523,4 @@ def _build_without_plugin_lookup(*models: type[BaseModel]) -> None:
             del os.environ[_PLUGIN_SWITCH]
 
 
-_build_without_plugin_lookup(SecretRef, Toleration, VolumeMount, ServiceResources, ClusterSpec)
+_build_without_plugin_lookup(SecretRef, Toleration, VolumeMount, CodeSource, ServiceResources, ClusterSpec)

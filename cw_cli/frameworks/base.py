@@ -122,6 +122,10 @@ class BaseTrainingFramework(ABC):
     #: Native key of the model trained; with the framework and type it identifies a run's
     #: outputs, so a reused run name never resumes from another model's checkpoints.
     model_key: ClassVar[str] = "model_name_or_path"
+    #: A script of the user's (the cluster field ``script``) reads the native config with its own
+    #: parser, so cw neither renames its keys nor checks them against the framework's command.
+    #: False where a script takes the framework's own arguments (verifiers' `@ config.toml`).
+    script_reads_its_own_keys: ClassVar[bool] = True
     #: cw's launcher resumes from the newest ``checkpoint-N`` in ``output_dir`` (HF Trainer CLIs
     #: that take ``--resume_from_checkpoint``); False for frameworks that resume by themselves.
     launcher_resumes: ClassVar[bool] = False
@@ -283,6 +287,26 @@ class BaseTrainingFramework(ABC):
             config: The native config as mounted (the result of ``prepare_config``).
             context: The run being described.
         """
+
+    def script_command(
+        self, config: dict[str, Any], context: RunContext, script: str
+    ) -> tuple[list[str], dict[str, Any]] | None:
+        """How the trainer runs the user's own script (the cluster field ``script``) instead of
+        the framework's command.
+
+        Args:
+            config: The native config as prepared (the result of ``prepare_config``).
+            context: The run being described.
+            script: The script's path in the pod.
+
+        Returns:
+            (the trainer's command, the config as mounted for the script), or None when the
+            framework has no way to run a script of the user's (cw then refuses the run).
+
+        Raises:
+            ValueError: A setting of the config cannot be carried over to the script's launch.
+        """
+        return None
 
     def setup_commands(self, config: dict[str, Any], context: RunContext) -> list[list[str]]:
         """Commands the trainer pod runs before training (argv each), e.g. installing an environment."""

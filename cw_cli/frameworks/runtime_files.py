@@ -17,6 +17,7 @@ RESUME_CHANGED_ENV = "CW_RESUME_CHANGED_CONFIG"  # --resume: continue a folder's
 PIP_FILE = "cw_pip.py"  # pip-installs the run's requirements, then execs the command
 KEEPER_FILE = "cw_keeper.py"  # beside each server: scales it to zero once the trainer has finished
 WAIT_FILE = "cw_wait.py"  # the trainer's init containers: wait until a server answers (run with -c)
+CODE_FILE = "cw_code.py"  # unpacks or clones the run's own code (`code:`) before the command
 _SOURCES = {
     KEEPER_FILE: "cw_keeper.py",
     REWARD_SERVER_FILE: "reward_server.py",
@@ -24,6 +25,7 @@ _SOURCES = {
     ENTRYPOINT_FILE: "cw_entrypoint.py",
     PIP_FILE: "cw_pip.py",
     WAIT_FILE: "cw_wait.py",
+    CODE_FILE: "cw_code.py",
 }
 
 REWARD_FUNCTION = "cw_reward.remote_reward"
@@ -53,25 +55,3 @@ def with_requirements(command: list[str], requirements: list[str]) -> list[str]:
     if not requirements:
         return command
     return ["python3", f"{CONFIG_MOUNT}/{PIP_FILE}", *requirements, "--", *command]
-
-
-def user_file(base_dir: Path, relative: str, field_name: str) -> tuple[str, str]:
-    """Read a user's Python file named in the config, for the ConfigMap.
-
-    Args:
-        base_dir: Folder of the config file; relative paths start there.
-        relative: The path as written in the config.
-        field_name: The config field naming it, for the error message.
-
-    Returns:
-        (ConfigMap key, file text).
-
-    Raises:
-        ValueError: The file is missing or not a ``.py`` file.
-    """
-    path = (base_dir / relative).expanduser()
-    if path.suffix != ".py":
-        raise ValueError(f"`{field_name}`: {relative!r} is not a .py file")
-    if not path.is_file():
-        raise ValueError(f"`{field_name}`: {path} does not exist (paths are relative to the config file)")
-    return path.name, path.read_text(encoding="utf-8")

@@ -28,6 +28,7 @@ from cw_cli.frameworks.runtime_files import (
     runtime_file,
 )
 from cw_cli.frameworks.servers import server_sizing
+from cw_cli.types import CODE_MOUNT
 
 TRL_IMAGE = "huggingface/trl:1.16.0"  # TRL's own image (built from its docker/trl); no vLLM inside
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
@@ -162,7 +163,8 @@ class TRLFramework(BaseTrainingFramework):
     def prepare_config(self, native: dict[str, Any], context: RunContext) -> dict[str, Any]:
         config = dict(native)
         config.setdefault("output_dir", context.output_dir)
-        if _inline_chat_template(native, context.training_type):
+        own_script = context.cluster.script is not None  # its own parser reads `chat_template`
+        if _inline_chat_template(native, context.training_type) and not own_script:
             # open-r1 writes the template itself; `trl` reads a template file from chat_template_path.
             config["chat_template_path"] = f"{CONFIG_MOUNT}/{CHAT_TEMPLATE_FILE}"
             del config["chat_template"]
@@ -186,7 +188,7 @@ class TRLFramework(BaseTrainingFramework):
 
     def config_files(self, native: dict[str, Any], context: RunContext, base_dir: Path) -> dict[str, str]:
         files: dict[str, str] = {}
-        if _inline_chat_template(native, context.training_type):
+        if _inline_chat_template(native, context.training_type) and context.cluster.script is None:
             files[CHAT_TEMPLATE_FILE] = native["chat_template"]
         if self._uses_reward_server(context):
             files[REWARD_SERVER_FILE] = runtime_file(REWARD_SERVER_FILE)
@@ -201,6 +203,25 @@ class TRLFramework(BaseTrainingFramework):
             CONFIG_FILE,
             *accelerate_args(context, distributed_mode="accelerate_config" not in config),
         ]
+
+    def script_command(
+        self, config: dict[str, Any], context: RunContext, script: str
+    ) -> tuple[list[str], dict[str, Any]]:
+        # What `trl <type> --config` does for its own scripts: the launcher's keys become
+        # `accelerate launch` flags, the rest stays in the file the script's TrlParser reads.
+        launcher = launcher_only_keys(context.training_type)
+        mounted = {key: value for key, value in config.items() if key not in launcher}
+        flags: list[str] = []
+        for key, value in config.items():
+            if key not in launcher or key in ("num_processes", "num_machines") or value in (None, False):
+                continue  # cw sizes the run from the config's process counts already
+            if key == "accelerate_config":
+                flags += ["--config_file", _accelerate_file(value, context)]
+            else:
+                flags += [f"--{key}"] if value is True else [f"--{key}", str(value)]
+        distributed = "accelerate_config" not in config
+        command = ["accelerate", "launch", *accelerate_args(context, distributed_mode=distributed), *flags, script]
+        return [*command, "--config", CONFIG_FILE], mounted
 
     def trainer_env(self, context: RunContext) -> dict[str, str]:
         if self._uses_reward_server(context):
@@ -281,6 +302,26 @@ def every_trl_key() -> frozenset[str]:
     """Keys `trl` reads for any training type, and `accelerate launch`'s."""
     keys = trl_keys()
     return frozenset(key for part in [*(t.value for t in TrainingType), "launcher"] for key in keys.get(part, ()))
+
+
+def launcher_only_keys(training_type: TrainingType) -> frozenset[str]:
+    """`accelerate launch` options a TRL config may carry that no training argument shares
+    (``env`` stays: TrlParser reads it)."""
+    keys = trl_keys()
+    return frozenset(keys["launcher"]) - set(keys[training_type.value]) - {"env"}
+
+
+def _accelerate_file(value: object, context: RunContext) -> str:
+    """`accelerate_config` for `accelerate launch --config_file`: a shipped file, or a path in the run's code."""
+    text = str(value)
+    if text.startswith("/"):
+        return text  # shipped with the run (/etc/cw/files/...) or in the image
+    if context.cluster.code is not None and text.endswith((".yaml", ".yml", ".json")):
+        return f"{CODE_MOUNT}/{text}"
+    raise ValueError(
+        f"`accelerate_config: {text}` names no file next to the config; a script run takes a file (`accelerate "
+        "launch --config_file`), not one of trl's named configs; put it next to the config or in `code`"
+    )
 
 
 def _unknown_keys(native: dict[str, Any], training_type: TrainingType) -> list[str]:

@@ -28,7 +28,6 @@ from cw_cli.frameworks.base import (
 )
 from cw_cli.frameworks.distributed import accelerate_args, total_processes
 from cw_cli.frameworks.plugin import SimplePlugin
-from cw_cli.frameworks.runtime_files import user_file
 from cw_cli.frameworks.servers import server_sizing
 from cw_cli.frameworks.tracking import Tracking, from_trainer_args
 
@@ -67,7 +66,7 @@ TRAINER_MANAGED_ARGS = ("vllm_server_host", "vllm_server_port")
 #: The keys of a vf-rl file (section -> its keys); anything else would be ignored silently.
 #: `trainer.run_name` appears in verifiers' own published configs.
 SCHEMA_KEYS = {
-    "": {"model", "env", "environment", "inference", "trainer", "script", "accelerate_config"},
+    "": {"model", "env", "environment", "inference", "trainer", "accelerate_config"},
     "env": {"id", "args"},
     "inference": {"gpus", "args"},
     "trainer": {"gpus", "args", "run_name"},
@@ -154,6 +153,7 @@ class VerifiersFramework(BaseTrainingFramework):
 
     name = "verifiers"
     description = f"verifiers {VERIFIERS_VERSION}: vf-vllm inference server + vf-train under accelerate"
+    script_reads_its_own_keys = False  # a script takes vf-train's own `@ config.toml` arguments
     training_types = (TrainingType.GRPO,)
     aliases = {"rlhf": TrainingType.GRPO}
     config_file_name = CONFIG_NAME
@@ -232,9 +232,6 @@ class VerifiersFramework(BaseTrainingFramework):
             problems.append(f"`{path}`: a TOML key is a string; quote it in the file ('{last}': ...)")
         for path in _nulls(native, ""):
             problems.append(f"`{path}` is null, which TOML cannot hold; remove the key or give a value")
-        script = native.get("script")
-        if script is not None and (not isinstance(script, str) or not script.endswith(".py")):
-            problems.append("`script` must be the path of a .py training script")
         accelerate = native.get("accelerate_config")
         if accelerate not in ACCELERATE_CONFIGS:
             problems.append(f"`accelerate_config: {accelerate}` is not one of {', '.join(ACCELERATE_CONFIGS)}")
@@ -259,8 +256,6 @@ class VerifiersFramework(BaseTrainingFramework):
         }
         _check_managed(server_args, managed, "inference.args", "is set by cw from {}", SERVER_MANAGED_ARGS)
         config = {("env" if key == "environment" else key): value for key, value in native.items()}
-        if "script" in config:
-            config["script"] = Path(str(native["script"])).name
         # vf-rl's own GPU counts, written from cw's sizing so the mounted file tells the truth;
         # the flags cw derives itself are left out of `inference.args` (same values, checked above).
         inference = {**_mapping(native, "inference"), "gpus": server.gpus}
@@ -296,13 +291,17 @@ class VerifiersFramework(BaseTrainingFramework):
             packages.append(PRIME_CLI)
         return packages
 
-    def config_files(self, native: dict[str, Any], context: RunContext, base_dir: Path) -> dict[str, str]:
-        if "script" not in native:
-            return {}
-        name, text = user_file(base_dir, str(native["script"]), "script")
-        return {name: text}
-
     def trainer_command(self, config: dict[str, Any], context: RunContext) -> list[str]:
+        return self._launch(config, context, ["-m", "verifiers.scripts.train"])
+
+    def script_command(
+        self, config: dict[str, Any], context: RunContext, script: str
+    ) -> tuple[list[str], dict[str, Any]]:
+        # A user script takes the same `@ config.toml` arguments as verifiers' own vf-train.
+        return self._launch(config, context, [script]), config
+
+    @staticmethod
+    def _launch(config: dict[str, Any], context: RunContext, program: list[str]) -> list[str]:
         strategy = config["accelerate_config"]
         if strategy == "multi_gpu":
             launch = ["accelerate", "launch", *accelerate_args(context)]
@@ -315,8 +314,6 @@ class VerifiersFramework(BaseTrainingFramework):
                 strategy.removeprefix("zero"),
                 *accelerate_args(context, distributed_mode=False),
             ]
-        # A user script takes the same `@ config.toml` arguments as verifiers' own vf-train.
-        program = [f"{CONFIG_MOUNT}/{config['script']}"] if "script" in config else ["-m", "verifiers.scripts.train"]
         return [*launch, *program, "@", f"{CONFIG_MOUNT}/{CONFIG_NAME}"]
 
     def services(self, native: dict[str, Any], context: RunContext) -> list[ServiceDef]:

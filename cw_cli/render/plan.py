@@ -31,6 +31,7 @@ from cw_cli.frameworks.base import (
 from cw_cli.frameworks.distributed import MASTER_ADDR_ENV, MASTER_PORT, MASTER_PORT_ENV, NODE_RANK_ENV, NUM_NODES_ENV
 from cw_cli.frameworks.registry import LoadedFramework
 from cw_cli.frameworks.runtime_files import (
+    CODE_FILE,
     ENTRYPOINT_FILE,
     IDENTITY_ENV,
     KEEPER_FILE,
@@ -88,6 +89,7 @@ from cw_cli.render.tracking import (
     tracking_env,
     wandb_url,
 )
+from cw_cli.render.user_code import CODE_ARCHIVE, code_pythonpath, code_setup, script_in_pod, shipped_code
 
 #: Seconds a run's trainer waits for its servers (and cw for them) unless --timeout says otherwise.
 DEFAULT_SERVICES_TIMEOUT_S = 1800
@@ -415,7 +417,7 @@ def _use_jobset(request: RunRequest, has_services: bool) -> tuple[bool, list[str
 
 
 #: cw's pod-side files a run's ConfigMap may carry: a user's file may not take their names.
-RUNTIME_KEYS = (PIP_FILE, ENTRYPOINT_FILE, KEEPER_FILE)
+RUNTIME_KEYS = (PIP_FILE, ENTRYPOINT_FILE, KEEPER_FILE, CODE_FILE, CODE_ARCHIVE)
 
 
 class _FrameworkOutput(Struct):
@@ -427,6 +429,8 @@ class _FrameworkOutput(Struct):
     services: list[ServiceDef]
     requirements: list[str]
     notices: list[str]
+    #: The trainer's command when it runs the user's own script (`script:`); None: the framework's.
+    script_command: list[str] | None = None
 
 
 class _Scope(Struct):
@@ -532,8 +536,10 @@ def _framework_output(request: RunRequest, context: RunContext) -> _FrameworkOut
         native, moved = place_outputs(request.config.native, framework.output_keys, context.output_dir)
         native, referenced, shipped_notes = ship_referenced(native, framework.file_keys, path.parent, in_place=request.local)
         prepared = framework.prepare_config(native, context)
+        script_command, prepared = _own_script(framework, prepared, context)
         config_text = framework.serialize_config(prepared)
         user_shipped = user_files(path.parent, cluster.files)
+        code, code_notes = shipped_code(cluster, path.parent)
         modules, module_notes = referenced_modules(
             native, framework.module_keys, path.parent, {f.key for f in user_shipped}
         )
@@ -552,10 +558,33 @@ def _framework_output(request: RunRequest, context: RunContext) -> _FrameworkOut
     files = [
         text_file(framework.config_file_name, config_text),
         *user_shipped,
+        *code,
         *(text_file(key, text) for key, text in framework_files.items()),
         *referenced,
     ]
-    return _FrameworkOutput(prepared, config_text, files, services, requirements, [*moved, *shipped_notes, *module_notes])
+    notices = [*moved, *shipped_notes, *module_notes, *code_notes]
+    return _FrameworkOutput(prepared, config_text, files, services, requirements, notices, script_command)
+
+
+def _own_script(
+    framework: BaseTrainingFramework, prepared: dict[str, Any], context: RunContext
+) -> tuple[list[str] | None, dict[str, Any]]:
+    """The trainer's command for the run's own script and the config as mounted for it
+    (None and the config unchanged without `script:`).
+
+    Raises:
+        ValueError: The framework runs no script of the user's.
+    """
+    script = script_in_pod(context.cluster)
+    if script is None:
+        return None, prepared
+    ran = framework.script_command(prepared, context, script)
+    if ran is None:
+        raise ValueError(
+            f"`script`: `{framework.name}` runs its own command and has no way to run yours; use `code` alone "
+            "(your modules are importable in the pods), or `cw trl <type>` with `script`"
+        )
+    return ran
 
 
 def _configmap_files(request: RunRequest, output: _FrameworkOutput, use_jobset: bool) -> list[ShippedFile]:
@@ -567,6 +596,8 @@ def _configmap_files(request: RunRequest, output: _FrameworkOutput, use_jobset: 
         runtime.append(ENTRYPOINT_FILE)
     if output.services and not use_jobset:  # a JobSet stops its servers itself
         runtime.append(KEEPER_FILE)
+    if request.config.cluster.code is not None and not request.services_only:
+        runtime.append(CODE_FILE)
     files = [*output.files, *(text_file(key, runtime_file(key)) for key in runtime)]
     try:
         check_size(files, request.config.path)
@@ -654,6 +685,7 @@ def _trainer_job(scope: _Scope, output: _FrameworkOutput, use_jobset: bool) -> d
             **fabric,
             **tracking_env(request.run_name, tracking, group=request.sweep),
             **scope.base_env,
+            "PYTHONPATH": ":".join([scope.base_env["PYTHONPATH"], *code_pythonpath(cluster.code)]),
             **framework.trainer_env(context),
             IDENTITY_ENV: json.dumps(identity, sort_keys=True),
             **resume_env,
@@ -668,15 +700,12 @@ def _trainer_job(scope: _Scope, output: _FrameworkOutput, use_jobset: bool) -> d
         job_labels[KUEUE_QUEUE_LABEL] = cluster.queue
     shm_size = _shm_size(cluster.shm_size, cluster.memory)
     volumes, mounts = pod_volumes(cluster, names["config"], scope.config_items, shm_size, trainer=True)
+    command = output.script_command or framework.trainer_command(output.prepared, context)
+    setup = [*code_setup(cluster.code), *framework.setup_commands(output.prepared, context)]
     trainer = {
         "image": scope.image,
         "command": with_requirements(
-            with_launcher(
-                framework.trainer_command(output.prepared, context),
-                resume=framework.launcher_resumes,
-                setup=framework.setup_commands(output.prepared, context),
-            ),
-            output.requirements,
+            with_launcher(command, resume=framework.launcher_resumes, setup=setup), output.requirements
         ),
         "env": trainer_env,
         "resources": _resources(context.gpus, cluster.cpu, cluster.memory, rdma=cluster.rdma),

@@ -297,11 +297,39 @@ def referenced_modules(
                 if not isinstance(value, str) or "." not in value:
                     continue
                 module = value.split(".")[0]
-                local = base_dir / f"{module}.py"
-                if f"{module}.py" in already or not module.isidentifier() or not local.is_file():
+                if not module.isidentifier() or {f"{module}.py", module} & already:
                     continue
-                already.add(f"{module}.py")
-                content = _read_small(local, f"`{_dotted(path)}`")
-                shipped.append(ShippedFile(key=f"{module}.py", path=f"{module}.py", content=content))
-                notices.append(f"`{_dotted(path)}`: ships {local.name} with the run (importable as `{module}`)")
+                local = base_dir / f"{module}.py"
+                if (base_dir / module / "__init__.py").is_file():  # a package folder, e.g. grpo_code/
+                    already.add(module)
+                    shipped += _package_files(base_dir / module, module, f"`{_dotted(path)}`")
+                    notices.append(f"`{_dotted(path)}`: ships the package {module}/ with the run (importable as `{module}`)")
+                elif local.is_file():
+                    already.add(f"{module}.py")
+                    content = _read_small(local, f"`{_dotted(path)}`")
+                    shipped.append(ShippedFile(key=f"{module}.py", path=f"{module}.py", content=content))
+                    notices.append(f"`{_dotted(path)}`: ships {local.name} with the run (importable as `{module}`)")
     return shipped, notices
+
+
+def _package_files(folder: Path, module: str, what: str) -> list[ShippedFile]:
+    """A package folder's files at ``/etc/cw/<module>/...`` (compiled caches left out).
+
+    Raises:
+        ValueError: Larger than a ConfigMap holds; the message names `code`, which ships more.
+    """
+    paths, size, complete = _local_tree(folder)
+    paths = [p for p in paths if "__pycache__" not in p.relative_to(folder).parts and p.suffix not in (".pyc", ".pyo")]
+    if not complete or sum(p.stat().st_size for p in paths) > CONFIGMAP_LIMIT:
+        raise ValueError(
+            f"{what}: the package {folder} is too large to ship file by file (a ConfigMap holds 1 MiB); ship it "
+            f"compressed with `code: {folder.name}` (or the folder above it), or install it in the image"
+        )
+    return [
+        ShippedFile(
+            key=_KEY_UNSAFE.sub("-", f"pkg{index}-{module}-{p.name}")[:253],  # the index keeps keys apart
+            path=f"{module}/{p.relative_to(folder).as_posix()}",
+            content=p.read_bytes(),
+        )
+        for index, p in enumerate(paths)
+    ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT, CONFIG_MOUNT
+from cw_cli.types import CODE_MOUNT
 
 if TYPE_CHECKING:
     from cw_cli.config.models import ClusterSpec
@@ -49,6 +50,9 @@ def pod_volumes(
         # A server only loads a model kept there; read-only, so a ReadWriteOnce claim is not taken.
         volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
         mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT, "readOnly": True})
+    if trainer and cluster.code is not None:  # cw_code.py unpacks or clones the run's code here
+        volumes.append({"name": "code", "emptyDir": {}})
+        mounts.append({"name": "code", "mountPath": CODE_MOUNT})
     volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}})
     mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     if cluster.hf_cache_volume:
