@@ -46,6 +46,12 @@ FOREIGN_KEYS = {
     "dataset_prompt_column": "is read by open-r1's own scripts, not `trl`; `trl grpo` reads the `prompt` column, so "
     "rename the column in the dataset and remove it",
 }
+#: The other way round a recipe repository's keys: run the recipe's own script, as its authors did.
+RECIPE_SCRIPT_FIX = (
+    "`script`: instead of changing these keys, run the recipe's own training script, which reads them: add `code: {git: <its repository>, "
+    "commit: <full commit id>}` and `script: <its script>`, e.g. https://github.com/huggingface/open-r1 with "
+    "src/open_r1/grpo.py (docs/config.md, \"Your own code\")"
+)
 #: What configs written for one machine put in `vllm_server_host` (TRL's default is 0.0.0.0).
 LOCAL_HOSTS = ("0.0.0.0", "localhost", "127.0.0.1")
 
@@ -109,6 +115,9 @@ class TRLFramework(BaseTrainingFramework):
             problems.append("`reward_funcs` must be a name or a list of names / dotted import paths")
         elif funcs is not None and training_type.generates:
             problems += _unknown_reward_names(funcs, training_type)
+        if any("own scripts" in problem or "another project's script" in problem or "open-r1 reward" in problem
+               for problem in problems):  # fmt: skip
+            problems.append(RECIPE_SCRIPT_FIX)
         if training_type.generates and native.get("use_vllm") and native.get("vllm_mode") == "server":
             if native.get("vllm_server_base_url"):
                 problems.append(

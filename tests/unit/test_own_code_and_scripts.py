@@ -111,6 +111,7 @@ def test_without_a_script_open_r1s_keys_are_still_refused_for_trl(tmp_path):
         plan_for("trl", "grpo", write_config(tmp_path, recipe))
     issues = "\n".join(caught.value.issues)
     assert "open-r1" in issues and "`reward_funcs`" in issues and "`system_prompt`" in issues
+    assert "run the recipe's own training script" in issues and "src/open_r1/grpo.py" in issues  # the way round
 
 
 def test_launcher_keys_become_accelerate_flags_and_leave_the_scripts_file(tmp_path):
