@@ -30,6 +30,8 @@ DRY_RUN_HEADER = (
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: Seconds the main thread gets to act on Ctrl-C during --wait before the watchdog ends cw.
+INTERRUPT_GRACE_S = 1.0
 
 
 def launch_options(function: F) -> F:
@@ -267,6 +269,7 @@ def _apply(
     services_only: bool,
     memory: MemoryCheck,
 ) -> None:
+    from cw_cli.cli.interrupts import interrupt_within
     from cw_cli.errors import Interrupted
 
     plan = planned.plan
@@ -288,24 +291,26 @@ def _apply(
         if result.dry_run:
             say(f"the API server accepted all {len(result.created)} objects; nothing was created", fg="green")
             return
-        # From here on the run is whole and needs no cw: an interrupt stops only the watching.
+        # From here on the run is whole and needs no cw: an interrupt stops only the watching,
+        # within a second even if the main thread cannot act on it (cli/interrupts.py).
+        stopped = f"stopped waiting; run {plan.run_name!r} goes on in the cluster"
         try:
-            if plan.trainer_job and not result.released:
-                say(f"the {plan.owner_kind} waits for Kueue to admit it")
-            say(f"next: cw status {plan.run_name}   cw logs {plan.run_name} -f   cw delete {plan.run_name}")
-            if not wait:
-                return
-            if services_only:
-                run.wait_for_servers(timeout, progress)
-                say("services are Ready", fg="green")
-            elif plan.trainer_job:
-                run.wait(timeout, progress)
-                say(f"run {plan.run_name} succeeded", fg="green")
+            with interrupt_within(INTERRUPT_GRACE_S, f"error: {stopped}"):
+                if plan.trainer_job and not result.released:
+                    say(f"the {plan.owner_kind} waits for Kueue to admit it")
+                say(f"next: cw status {plan.run_name}   cw logs {plan.run_name} -f   cw delete {plan.run_name}")
+                if not wait:
+                    return
+                if services_only:
+                    run.wait_for_servers(timeout, progress)
+                    say("services are Ready", fg="green")
+                elif plan.trainer_job:
+                    run.wait(timeout, progress)
+                    say(f"run {plan.run_name} succeeded", fg="green")
         except KeyboardInterrupt:
             # The run is launched and complete: stopping the watch must not stop the run.
             raise Interrupted(
-                f"stopped waiting; run {plan.run_name!r} goes on in the cluster",
-                hint=f"cw status {plan.run_name} to follow it, cw delete {plan.run_name} to stop it",
+                stopped, hint=f"cw status {plan.run_name} to follow it, cw delete {plan.run_name} to stop it"
             ) from None
 
 
