@@ -619,11 +619,13 @@ def _tensor_parallel_share(p: _Params, tp: int) -> float:
     """The share of the parameters one tensor-parallel rank holds.
 
     transformers' TP plans shard every decoder linear, the fused experts and the LM head
-    (column- or row-wise); embeddings, norms and routers stay whole on every rank.
+    (column- or row-wise), and transformers 5 adds the input embedding (row-wise over the
+    vocabulary) to every plan; norms and routers stay whole on every rank. Measured on 2 gloo
+    ranks: tests/training/test_tensor_parallel_shapes.py.
     """
     if tp <= 1 or p.total <= 0:
         return 1.0
-    sharded = min(p.total, p.linear + p.experts + p.lm_head)
+    sharded = min(p.total, p.linear + p.experts + p.lm_head + p.embedding)
     return (p.total - sharded * (1 - 1 / tp)) / p.total
 
 
