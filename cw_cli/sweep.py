@@ -16,6 +16,7 @@ cluster, no printing.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 from msgspec import Struct, field
@@ -34,10 +35,16 @@ class SweepSpec(Struct, frozen=True):
     Attributes:
         grid: Key -> the values to try; every combination is a run.
         variants: Explicit runs, each a mapping of overrides.
+        where: Where it was written (``file:line: `sweep```, ``--sweep``), for messages.
     """
 
     grid: dict[str, list[Any]] = field(default_factory=dict)
     variants: list[dict[str, Any]] = field(default_factory=list)
+    where: str = ""
+
+    def count(self) -> int:
+        """How many runs the sweep has, from the axes' lengths alone (nothing is materialised)."""
+        return (math.prod(len(values) for values in self.grid.values()) if self.grid else 0) + len(self.variants)
 
     def points(self) -> list[dict[str, Any]]:
         """The overrides of every run: the grid's combinations, then the variants."""
@@ -53,17 +60,25 @@ def parse_flag(assignment: str) -> tuple[str, list[Any]]:
     """``--sweep key=v1,v2,...`` -> (key, values), each value typed as YAML (``1e-5`` is a float).
 
     Raises:
-        ConfigError: No ``=``, an empty key or no values.
+        ConfigError: No ``=``, an empty key, no values, or a value YAML a config may not hold
+            (nested too deep, a recursive alias).
     """
     from cw_cli.config.yaml_source import parse_scalar
 
     key, sep, values = assignment.partition("=")
     key = key.strip()
+    hint = "e.g. --sweep learning_rate=1e-5,2e-5"
     if not sep or not key or not values.strip():
-        raise ConfigError(
-            [f"--sweep {assignment!r}: expected key=value1,value2,..."], hint="e.g. --sweep learning_rate=1e-5,2e-5"
-        )
-    return key, [parse_scalar(value.strip()) for value in values.split(",")]
+        raise ConfigError([f"--sweep {_short(assignment)}: expected key=value1,value2,..."], hint=hint)
+    try:
+        return key, [parse_scalar(value.strip()) for value in values.split(",")]
+    except ValueError as exc:
+        raise ConfigError([f"--sweep {key[:40]}=...: refused: {exc}"], hint=hint) from None
+
+
+def _short(text: str) -> str:
+    """A flag as a message quotes it: at most 60 characters."""
+    return repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
 
 
 def from_config(block: Any, where: str) -> SweepSpec:
@@ -85,7 +100,29 @@ def from_config(block: Any, where: str) -> SweepSpec:
         raise ConfigError([f"{where}: `sweep.grid` must map each key to a non-empty list of values"], hint=hint)
     if not isinstance(variants, list) or not all(isinstance(v, dict) and v for v in variants):
         raise ConfigError([f"{where}: `sweep.variants` must be a list of non-empty mappings"], hint=hint)
-    return SweepSpec(grid={str(k): list(v) for k, v in grid.items()}, variants=[dict(v) for v in variants])
+    return SweepSpec(
+        grid={str(k): list(v) for k, v in grid.items()}, variants=[dict(v) for v in variants], where=f"{where}: `sweep`"
+    )
+
+
+def _refuse_oversized(spec: SweepSpec) -> None:
+    """Refuse more than :data:`MAX_RUNS` runs, counted from the axes' lengths before any point exists.
+
+    Raises:
+        ConfigError: The count, how it is made, and how to cut it.
+    """
+    count = spec.count()
+    if count <= MAX_RUNS:
+        return
+    shown = [f"{len(values)} {key}" for key, values in itertools.islice(spec.grid.items(), 6)]
+    axes = " x ".join(shown + (["..."] if len(spec.grid) > len(shown) else []))
+    made = f"grid {axes}" if axes else ""
+    if spec.variants:
+        made += f"{' + ' if made else ''}{len(spec.variants)} variants"
+    raise ConfigError(
+        [f"{spec.where or 'the sweep'} has {count:,} runs ({made}), more than the {MAX_RUNS:,} a sweep may have"],
+        hint="drop values or axes, or split it into several sweeps",
+    )
 
 
 def combine(from_file: SweepSpec | None, flags: list[str]) -> SweepSpec | None:
@@ -96,7 +133,8 @@ def combine(from_file: SweepSpec | None, flags: list[str]) -> SweepSpec | None:
     for assignment in flags:
         key, values = parse_flag(assignment)
         grid[key] = values
-    return SweepSpec(grid=grid, variants=list(from_file.variants) if from_file else [])
+    where = f"{from_file.where} with --sweep" if from_file else "--sweep"
+    return SweepSpec(grid=grid, variants=list(from_file.variants) if from_file else [], where=where)
 
 
 def run_names(sweep_name: str, count: int) -> list[str]:
@@ -109,13 +147,13 @@ def check_size(spec: SweepSpec, sweep_name: str) -> list[dict[str, Any]]:
     """The sweep's points, refusing an empty or oversized sweep and a name with no room for indexes.
 
     Raises:
-        ConfigError: No points, more than :data:`MAX_RUNS`, or a sweep name too long.
+        ConfigError: No points, more than :data:`MAX_RUNS` (refused before any is made), or a
+            sweep name too long.
     """
+    _refuse_oversized(spec)  # before points(): a grid of 10^10 would fill the memory
     points = spec.points()
     if not points:
         raise ConfigError(["the sweep has no runs"], hint="give `grid` values or `variants`")
-    if len(points) > MAX_RUNS:
-        raise ConfigError([f"the sweep has {len(points)} runs, more than {MAX_RUNS}"], hint="split it into several sweeps")
     longest = len(run_names(sweep_name, len(points))[-1])
     if longest > 40:
         raise ConfigError(

@@ -84,8 +84,9 @@ def _load(target: str, rank: int | None, namespace: str | None, context: str | N
     from cw_cli.metrics.sources import load_path, pod_log_lines, read_lines
 
     path = Path(target).expanduser()
-    if path.exists():
+    if path.exists() or path.is_symlink():
         return load_path(path, target)
+    _check_run_name(target)
     from rich.markup import escape
 
     from cw_cli.cli import options
@@ -93,6 +94,19 @@ def _load(target: str, rank: int | None, namespace: str | None, context: str | N
     client = options.kube(context, namespace)
     lines = pod_log_lines(client, target, rank, notice=lambda m: err().print(escape(m)))
     return read_lines(lines, target, _pod_source(target, rank))
+
+
+def _check_run_name(target: str) -> None:
+    """A target that is neither an existing path nor a run name is a missing file: no cluster is asked."""
+    from cw_cli.errors import ConfigError, NotFound
+    from cw_cli.render.naming import validate_run_name
+
+    try:
+        validate_run_name(target)
+    except ConfigError:
+        raise NotFound(
+            f"{target}: no such file or folder (nor a run name)", hint="check the path, or give a run name (`cw list`)"
+        ) from None
 
 
 def _pod_source(run: str, rank: int | None) -> str:
@@ -168,9 +182,10 @@ def metrics_command(
         raise ConfigError(["--follow reads one run on the cluster"], hint="give a single run name")
     asked = list(metric or [])
     if png is not None:
-        from cw_cli.metrics.plot import require_matplotlib
+        from cw_cli.metrics.plot import check_png_path, require_matplotlib
 
         require_matplotlib()  # fail now, not after reading the logs
+        check_png_path(png)
 
     if follow:
         loaded = [_follow(runs[0], rank, namespace, context, asked, show=output == "table" and png is None)]

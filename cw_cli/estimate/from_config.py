@@ -30,7 +30,7 @@ from msgspec.structs import asdict, replace
 
 from cw_cli.estimate.gpu_memory import GpuChoice, resolve_gpu_memory
 from cw_cli.estimate.gpus import parse_memory
-from cw_cli.estimate.model_config import FRAMEWORKS, MODEL_KEYS, find_model_config
+from cw_cli.estimate.model_config import FRAMEWORKS, MODEL_KEYS, check_model_config, find_model_config
 
 if TYPE_CHECKING:  # types only: a launch whose model is not found here never loads the memory model
     from cw_cli.config.models import ClusterSpec
@@ -223,7 +223,8 @@ def estimate_run(
 
     Never raises for a run it cannot estimate: ``skipped`` says why (a plugin framework, a
     trainer without GPUs, a model whose config.json is not found, an unknown architecture
-    without ``allow_meta_device``).
+    without ``allow_meta_device``). A config.json no model could have is refused instead
+    (:func:`~cw_cli.estimate.model_config.check_model_config`).
 
     Args:
         framework: The framework's name.
@@ -243,6 +244,8 @@ def estimate_run(
 
     Raises:
         ValueError: ``gpu_memory`` is not a memory size.
+        ConfigError: The model's config.json is a device or FIFO, too large or deep, or has a
+            dimension no model has (``num_hidden_layers: 1e12``, zero heads, a list).
     """
     kind = str(getattr(training_type, "value", training_type))
     roles = ("vllm",) if services_only else ("trainer", "vllm")
@@ -268,15 +271,17 @@ def estimate_run(
     if lookup.config is None:
         return replace(base, skipped=lookup.note)
     config = lookup.config
+    check_model_config(config, lookup.source or model)  # a hostile one: refused, never sized
     base = replace(base, model_config=lookup.source)
 
     # Only now that there is a model to count: reading the framework's config is most of this package.
     from cw_cli.estimate.fit import fits, suggestions
     from cw_cli.estimate.memory import estimate_memory
     from cw_cli.estimate.native_setup import run_setup
-    from cw_cli.estimate.params import UnknownArchitectureError, architecture
+    from cw_cli.estimate.params import SUPPORTED_MODEL_TYPES, UnknownArchitectureError
 
-    if architecture(config) is None and not allow_meta_device:
+    # The family alone: building it here would raise outside the estimate's skip for a missing field.
+    if str(config.get("model_type", "")) not in SUPPORTED_MODEL_TYPES and not allow_meta_device:
         return replace(base, skipped=f"model_type {config.get('model_type')!r} has no formula in cw; `cw estimate` "
                        "counts it with transformers on the meta device")  # fmt: skip
     read = run_setup(framework, kind, native, cluster, base_dir, config)  # dtype: auto, PEFT's default targets

@@ -2,26 +2,49 @@
 
 :func:`find_model_config` looks in a local folder, the Hugging Face caches, and the hub only
 when allowed and online (one download of config.json); it never raises for a model it cannot
-find: :attr:`ModelConfigLookup.note` says where it looked and why not.
+find: :attr:`ModelConfigLookup.note` says where it looked and why not. :func:`check_model_config`
+refuses a config.json whose dimensions no model has, before the estimate sizes anything from it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
-from collections.abc import Iterable
+import stat
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from msgspec import Struct
 
+from cw_cli.errors import ConfigError
 from cw_cli.estimate.values import TRUE
 
 #: Frameworks whose config cw reads for an estimate; any other (a plugin) gets none.
 FRAMEWORKS = ("trl", "axolotl", "verifiers")
 #: The native key naming the model, per framework.
 MODEL_KEYS = {"trl": "model_name_or_path", "axolotl": "base_model", "verifiers": "model"}
+#: The largest config.json read: real ones are a few KiB (a long ``id2label`` a few hundred).
+MAX_CONFIG_JSON_BYTES = 16 * 2**20
+_WIDE = 2**24  # wider than any layer, vocabulary or context of a real model, far below a float's reach
+_MANY = 2**16  # heads and experts
+#: The dimensions the estimate (or transformers, on the meta device) reads: field -> (least, most).
+#: Aliases of other families (``n_layer``, ``d_model``...) are checked too: the meta device builds
+#: a model of whatever size the config says.
+DIMENSIONS: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "n_layers", "num_layers"), (1, 10_000)),
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model"), (1, _WIDE)),
+    **dict.fromkeys(("intermediate_size", "moe_intermediate_size", "n_inner", "ffn_dim", "d_ff"), (1, _WIDE)),
+    "shared_expert_intermediate_size": (0, _WIDE),
+    **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "n_head", "n_heads", "num_heads"), (1, _MANY)),
+    "head_dim": (1, _MANY),
+    "vocab_size": (1, 2**28),
+    **dict.fromkeys(("num_local_experts", "num_experts", "num_experts_per_tok"), (0, _MANY)),
+    "decoder_sparse_step": (1, 10_000),
+    **dict.fromkeys(("max_position_embeddings", "n_positions"), (1, 2**30)),
+}
 
 
 class ModelConfigLookup(Struct, frozen=True):
@@ -58,12 +81,98 @@ def hf_cache_dirs() -> list[Path]:
     return unique
 
 
+def _refuse(path: Path | str, problem: str, fix: str) -> ConfigError:
+    return ConfigError([f"{path}: {problem}"], hint=fix)
+
+
 def _load_json(path: Path) -> dict[str, Any] | None:
+    """A config.json's object; None when it is not one (then the lookup goes on).
+
+    Raises:
+        ConfigError: Not a regular file, over :data:`MAX_CONFIG_JSON_BYTES`, or nested too deep
+            for the parser: hostile rather than stale, so never silently passed over.
+    """
+    fix = "give the model's own config.json (re-download it, or fix the model path)"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        info = os.stat(path)  # stat, not open: a FIFO would block, a device never end
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise _refuse(path, "not a regular file (a device, FIFO or socket)", fix)
+    if info.st_size > MAX_CONFIG_JSON_BYTES:
+        raise _refuse(path, f"is {info.st_size / 2**20:,.1f} MiB, more than a config.json ever is "
+                      f"({MAX_CONFIG_JSON_BYTES // 2**20} MiB)", fix)  # fmt: skip
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read(MAX_CONFIG_JSON_BYTES + 1))
+    except RecursionError:
+        raise _refuse(path, "nested too deep to be a model's config.json", fix) from None
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _dimension_problem(value: Any, least: int, most: int) -> str | None:
+    """Why a dimension's value is unusable (None when it is fine or absent)."""
+    if value is None:
+        return None
+    number = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
+    if isinstance(value, bool) or not number or not least <= value <= most:
+        return f"is {_shown(value)}; expected a whole number from {least:,} to {most:,}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    """A value as a message quotes it, short: a 400-digit integer is not printed whole."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int):
+        if abs(value) < 10**15:
+            return str(value)
+        # str() refuses integers of over 4,300 digits: those are only said to be long
+        return f"an integer of {len(str(abs(value))):,} digits" if value.bit_length() < 14_000 else "an integer of thousands of digits"
+    if isinstance(value, float):
+        return f"{value:.6g}" if math.isfinite(value) else json.dumps(value)  # Infinity, NaN as in the file
+    if isinstance(value, str):
+        return json.dumps(value) if len(value) <= 40 else json.dumps(value[:37]) + "..."
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, dict) else f"a {type(value).__name__}"
+
+
+def check_model_config(config: Mapping[str, Any], source: str) -> None:
+    """Refuse a config.json whose dimensions no model has, before anything is sized from them.
+
+    An absent or null field is left to the estimate (which falls back to the family's default
+    or says the field is missing); a present one must be a whole number in :data:`DIMENSIONS`'
+    range, so no count overflows, divides by zero or builds billions of layers.
+
+    Args:
+        config: The parsed config.json.
+        source: Where it was read (a path, or ``hub:<id>``), for the message.
+
+    Raises:
+        ConfigError: One line naming the file, the field and its range.
+    """
+    fix = "fix the field in the model's config.json (or give another model)"
+    model_type = config.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise _refuse(source, f"`model_type` is {_shown(model_type)}; expected a name such as \"llama\"", fix)
+    sections: list[tuple[str, Mapping[str, Any]]] = [("", config)]
+    text_config = config.get("text_config")
+    if text_config is not None:
+        if not isinstance(text_config, Mapping):
+            raise _refuse(source, f"`text_config` is {_shown(text_config)}; expected an object", fix)
+        sections.append(("text_config.", text_config))
+    for prefix, section in sections:
+        for key, (least, most) in DIMENSIONS.items():
+            problem = _dimension_problem(section.get(key), least, most)
+            if problem is not None:
+                raise _refuse(source, f"`{prefix}{key}` {problem}", fix)
+        layers = section.get("mlp_only_layers")
+        if layers is not None and not (isinstance(layers, list) and all(type(i) is int for i in layers)):
+            problem = f"is {_shown(layers)}; expected a list of layer numbers"
+            raise _refuse(source, f"`{prefix}mlp_only_layers` {problem}", fix)
 
 
 def _from_cache(cache: Path, repo_id: str, revision: str | None) -> Path | None:
@@ -98,6 +207,10 @@ def find_model_config(model: str, base_dir: Path | None = None, *, hub: bool = F
         hub: Allow one download from the hub.
         revision: The model revision (``model_revision``); ``main`` by default.
         cache_dirs: Caches to search (default :func:`hf_cache_dirs`).
+
+    Raises:
+        ConfigError: A config.json found is a device or FIFO, too large, or nested too deep
+            (a file that is merely not JSON is passed over, as if absent).
     """
     looked: list[str] = []
     path = Path(model).expanduser()

@@ -10,7 +10,9 @@ installed. See docs/estimate.md.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from msgspec import Struct, field
@@ -19,7 +21,7 @@ ALL_LINEAR = "all-linear"  # PEFT's shorthand: every nn.Linear except the output
 
 
 class UnknownArchitectureError(ValueError):
-    """The config's architecture has no formula and transformers is not installed."""
+    """The config's architecture has no formula, and transformers cannot count it either."""
 
 
 class Linear(Struct, frozen=True):
@@ -466,21 +468,58 @@ def _targets(target_modules: Iterable[str] | str) -> set[str]:
 # --- meta-device fallback --------------------------------------------------------------------
 
 
+def transformers_lists(model_type: str) -> bool | None:
+    """Whether the installed transformers names ``model_type``, read from its auto mappings'
+    source without importing it (importing costs seconds; a model_type it lacks is answered in
+    milliseconds).
+
+    Returns:
+        None when it cannot tell (transformers not installed, or laid out differently).
+    """
+    try:
+        spec = importlib.util.find_spec("transformers")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    auto = Path(spec.origin).parent / "models" / "auto"
+    texts = []
+    for name in ("configuration_auto.py", "auto_mappings.py"):  # the table moved to the latter in transformers 5
+        try:
+            texts.append((auto / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+    if not texts:
+        return None
+    return any(f'("{model_type}",' in text for text in texts)
+
+
 def _meta_model(config: Mapping[str, Any]) -> Any:
-    """Instantiate the model on the meta device: shapes only, no memory, no download."""
+    """Instantiate the model on the meta device: shapes only, no memory, no download.
+
+    Raises:
+        UnknownArchitectureError: transformers is not installed, does not know the
+            ``model_type``, or cannot build a model from this config.
+    """
+    model_type = str(config.get("model_type"))
+    no_formula = f"cw has no parameter formula for model_type {model_type!r} (known: {', '.join(SUPPORTED_MODEL_TYPES)})"
+    if transformers_lists(model_type) is False:
+        raise UnknownArchitectureError(f"{no_formula}, and the installed transformers does not know it either")
     try:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
     except ImportError as err:
         raise UnknownArchitectureError(
-            f"cw has no parameter formula for model_type {config.get('model_type')!r} "
-            f"(known: {', '.join(SUPPORTED_MODEL_TYPES)}), and transformers is not installed "
-            "to count it on the meta device: pip install torch transformers"
+            f"{no_formula}, and transformers is not installed to count it on the meta device: pip install torch transformers"
         ) from err
     fields = {k: v for k, v in config.items() if k != "model_type"}
-    cfg = AutoConfig.for_model(str(config.get("model_type")), **fields)
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(cfg)
+    try:
+        cfg = AutoConfig.for_model(model_type, **fields)
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(cfg)
+    except Exception as exc:  # noqa: BLE001 - third-party code on an arbitrary config.json: a skip, not a crash
+        said = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        raise UnknownArchitectureError(f"{no_formula}, and transformers cannot build it from this config.json: {said}") from None
 
 
 def _meta_counts(config: Mapping[str, Any]) -> ParamCounts:

@@ -54,6 +54,15 @@ def _finite(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
 Bounds = tuple[float, float, float, float]
 
 
+def _fraction(value: float, low: float, high: float) -> float:
+    """Where ``value`` lies between ``low`` and ``high``, 0 to 1 (0.5 when they are equal).
+
+    Halved first: ``high - low`` of two finite floats can overflow to infinity (1e308 - -1e308).
+    """
+    span = high / 2 - low / 2
+    return (value / 2 - low / 2) / span if span > 0 else 0.5
+
+
 def draw(series: Sequence[Sequence[tuple[float, float]]], width: int, height: int) -> tuple[Canvas, Bounds] | None:
     """Draw several ``[(step, value), ...]`` series on one canvas sharing both axes.
 
@@ -73,9 +82,7 @@ def draw(series: Sequence[Sequence[tuple[float, float]]], width: int, height: in
     dots_w, dots_h = width * 2 - 1, height * 4 - 1
 
     def to_dot(x: float, y: float) -> tuple[int, int]:
-        dx = (x - x_min) / (x_max - x_min) if x_max > x_min else 0.5
-        dy = (y - y_min) / (y_max - y_min) if y_max > y_min else 0.5
-        return round(dx * dots_w), round((1 - dy) * dots_h)
+        return round(_fraction(x, x_min, x_max) * dots_w), round((1 - _fraction(y, y_min, y_max)) * dots_h)
 
     for index, points in enumerate(finite):
         previous = None

@@ -63,7 +63,8 @@ def to_number(value: Any) -> float | None:
     """A metric value as a float: ints, floats, and numeric strings (``'2e-05'``, ``'nan'``).
 
     Returns:
-        None for anything else (booleans, text, lists, None).
+        None for anything else (booleans, text, lists, None); an integer too large for a float
+        is infinite.
     """
     kind = type(value)  # exact types first: this runs for every value of a long log
     if kind is float:
@@ -74,7 +75,10 @@ def to_number(value: Any) -> float | None:
         except ValueError:
             return None
     if kind is int or (isinstance(value, (int, float)) and not isinstance(value, bool)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer past the largest float: infinite, as float('9' * 400) is
+            return math.inf if value > 0 else -math.inf
     return None
 
 

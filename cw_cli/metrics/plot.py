@@ -56,8 +56,26 @@ def build_figure(runs: Sequence[RunMetrics], metrics: Sequence[str]) -> Figure:
     return figure
 
 
+def check_png_path(path: Path) -> None:
+    """Refuse, before any log is read, a ``--png`` path that cannot be written.
+
+    Raises:
+        ConfigError: Its folder does not exist (or is not a folder).
+    """
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigError([f"--png {path}: the folder {folder} does not exist"], hint=f"create it first: mkdir -p {folder}")
+
+
 def write_png(runs: Sequence[RunMetrics], metrics: Sequence[str], path: Path) -> Figure:
-    """Write the figure of :func:`build_figure` to ``path`` as PNG; returns the figure."""
+    """Write the figure of :func:`build_figure` to ``path`` as PNG; returns the figure.
+
+    Raises:
+        ConfigError: matplotlib is not installed, or the file cannot be written.
+    """
     figure = build_figure(runs, metrics)
-    figure.savefig(path, format="png")
+    try:
+        figure.savefig(path, format="png")
+    except OSError as exc:  # the folder went away, no permission, a full disk
+        raise ConfigError([f"--png {path}: cannot write it ({exc.strerror or exc})"], hint="give another path") from None
     return figure
