@@ -330,7 +330,7 @@ def plan(
         ConfigError: Every problem of the config, naming the file, the field and a fix.
     """
     from cw_cli.config.loader import FlagOverrides, load_run_config
-    from cw_cli.config.quantity import parse_duration
+    from cw_cli.config.quantity import MAX_DURATION_S, parse_duration
     from cw_cli.config.yaml_source import YamlSource
     from cw_cli.render.naming import generate_run_name, validate_run_name
     from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S, RunRequest, build_plan
@@ -348,8 +348,9 @@ def plan(
     else:
         path = Path(config)
         run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, host_env=host_env)
-    if timeout is not None and not (timeout > 0 and math.isfinite(timeout)):
-        raise ConfigError([f"--timeout {timeout:g}: expected a positive number of seconds"], hint="e.g. --timeout 3600")
+    if timeout is not None and not (0 < timeout <= MAX_DURATION_S):
+        raise ConfigError([f"--timeout {timeout:g}: expected a positive number of seconds, at most a year"],
+                          hint="e.g. --timeout 3600")  # fmt: skip
     # `--name ""` is a mistake to report, not a request for a generated name.
     run_name = validate_run_name(name) if name is not None else generate_run_name(framework, kind.value, path.stem)
     request = RunRequest(

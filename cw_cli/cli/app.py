@@ -117,9 +117,7 @@ class CwGroup(click.Group):
     def registry(self) -> FrameworkRegistry:
         """The framework registry, loaded (built-ins, plugin folders, entry points) on first use."""
         if self._registry is None:
-            from cw_cli.frameworks.registry import FrameworkRegistry
-
-            self._registry = FrameworkRegistry().load_all()
+            self._registry = _load_registry()
         return self._registry
 
     def cleanup(self) -> None:
@@ -149,6 +147,28 @@ class CwGroup(click.Group):
             formatter.write_dl(frameworks or [("(none)", "no framework loaded: see `cw frameworks`")])
         with formatter.section("Commands"):
             formatter.write_dl([(name, short) for name, (_, short) in COMMANDS.items()])
+
+
+def _load_registry() -> FrameworkRegistry:
+    """Every framework, saying which plugin is slow to load, and which one a Ctrl-C stopped."""
+    from cw_cli.frameworks.registry import DISABLE_PLUGINS_ENV, FrameworkRegistry
+
+    def slow(source: str, seconds: float) -> None:
+        from cw_cli.cli.plain import printable, say  # only then: `cw --help` imports nothing more
+
+        say(f"note: loading the plugin {printable(source)} has taken {seconds:g} s and goes on (it may hang at import); "
+            f"Ctrl-C stops cw, {DISABLE_PLUGINS_ENV}=1 starts it without plugins")  # fmt: skip
+
+    registry = FrameworkRegistry()
+    try:
+        return registry.load_all(slow=slow)
+    except KeyboardInterrupt:
+        from cw_cli.cli.plain import printable, say
+        from cw_cli.errors import ExitCode
+
+        where = f"the plugin {printable(registry.loading)}" if registry.loading else "the frameworks"
+        say(f"error: interrupted while loading {where}; {DISABLE_PLUGINS_ENV}=1 starts cw without plugins")
+        raise click.exceptions.Exit(int(ExitCode.INTERRUPTED)) from None
 
 
 def _debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:

@@ -88,16 +88,24 @@ _DURATION = r"(\d+(?:\.\d+)?)([smhd]?)"
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 3600}
 
 
+#: The longest duration cw takes (a server's lifetime, a wait): a year. Longer is a typo, and
+#: beyond it the value no longer fits the clocks and API fields it ends up in.
+MAX_DURATION_S = 365 * 86400
+
+
 def parse_duration(text: str, option: str) -> int:
-    """``90m``, ``6h``, ``2d``, ``45s`` (a bare number is hours) -> whole seconds, at least 1.
+    """``90m``, ``6h``, ``2d``, ``45s`` (a bare number is hours) -> whole seconds, 1 to a year.
 
     Raises:
-        ConfigError: Not such a duration.
+        ConfigError: Not such a duration, or longer than :data:`MAX_DURATION_S`.
     """
-    match = re.fullmatch(_DURATION, text.strip())
-    seconds = int(float(match.group(1)) * _UNIT_SECONDS[match.group(2)]) if match else 0
-    if seconds < 1:
-        from cw_cli.errors import ConfigError
+    from cw_cli.errors import ConfigError
 
-        raise ConfigError([f"{option} {text!r}: expected a duration such as 90m, 6h or 2d"])
-    return seconds
+    match = re.fullmatch(_DURATION, text.strip()[:40])
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)] if match else 0.0
+    if not seconds >= 1:
+        raise ConfigError([f"{option} {text[:40]!r}: expected a duration such as 90m, 6h or 2d"])
+    if seconds > MAX_DURATION_S:
+        raise ConfigError([f"{option} {text[:40]!r} is longer than a year (365d), the most cw takes"],
+                          hint=f"give a shorter one, e.g. {option} 30d")  # fmt: skip
+    return int(seconds)

@@ -31,6 +31,8 @@ BUILTIN_TARGETS = tuple(BUILTINS.values())
 ENTRY_POINT_GROUP = "cw_cli.frameworks"
 PLUGINS_DIR_ENV = "CW_PLUGINS_DIR"
 DISABLE_PLUGINS_ENV = "CW_DISABLE_PLUGINS"
+#: Seconds a plugin may take to load before the caller is told (``load_all(slow=...)``).
+SLOW_PLUGIN_S = 3.0
 DEFAULT_PLUGINS_DIR = Path("~/.cw-cli/plugins")
 
 
@@ -90,6 +92,9 @@ class FrameworkRegistry:
     def __init__(self) -> None:
         self._frameworks: dict[str, LoadedFramework] = {}
         self.failures: list[PluginFailure] = []
+        #: The plugin being loaded now (its source), so an interrupt can name it.
+        self.loading: str | None = None
+        self._slow: Callable[[str, float], None] | None = None
 
     def register(self, plugin: FrameworkPlugin, source: str) -> LoadedFramework:
         """Add a plugin's framework.
@@ -122,6 +127,23 @@ class FrameworkRegistry:
         return loaded
 
     def _try(self, source: str, load: Callable[[], Callable[[], FrameworkPlugin]]) -> None:
+        # Plugins are trusted code that may hang at import; cw cannot stop it, but says which one.
+        timer = None
+        if self._slow is not None and source != "built-in":
+            import threading
+
+            timer = threading.Timer(SLOW_PLUGIN_S, self._slow, (source, SLOW_PLUGIN_S))
+            timer.daemon = True
+            timer.start()
+        self.loading = source
+        try:
+            self._load(source, load)
+        finally:
+            if timer is not None:
+                timer.cancel()
+        self.loading = None  # kept when an interrupt propagates: the caller names the plugin
+
+    def _load(self, source: str, load: Callable[[], Callable[[], FrameworkPlugin]]) -> None:
         try:
             plugin = load()()
             if not isinstance(plugin, FrameworkPlugin):
@@ -132,8 +154,17 @@ class FrameworkRegistry:
         except Exception as exc:  # noqa: BLE001 - a plugin may fail in any way; never let it break cw
             self.failures.append(PluginFailure(source, f"{type(exc).__name__}: {exc}"))
 
-    def load_all(self, *, include_plugins: bool = True) -> FrameworkRegistry:
-        """Load the built-ins, then plugin folders, then entry points (unless disabled)."""
+    def load_all(
+        self, *, include_plugins: bool = True, slow: Callable[[str, float], None] | None = None
+    ) -> FrameworkRegistry:
+        """Load the built-ins, then plugin folders, then entry points (unless disabled).
+
+        Args:
+            include_plugins: Load the plugin folders and entry points too.
+            slow: Called (from another thread) with a plugin's source and the seconds spent when
+                loading it has taken :data:`SLOW_PLUGIN_S`, so the caller can say which one hangs.
+        """
+        self._slow = slow
         for target in BUILTIN_TARGETS:
             self._try("built-in", partial(_import_target, target))
         if not include_plugins or os.environ.get(DISABLE_PLUGINS_ENV):

@@ -130,14 +130,60 @@ def _read_small(path: Path, what: str) -> bytes:
         raise ValueError(
             f"{what}: {path} is {_mib(info.st_size)}, over the 1 MiB a ConfigMap holds; {_volume_hint('use')}"
         )
-    try:
-        with open(path, "rb") as handle:
-            content = handle.read(CONFIGMAP_LIMIT + 1)  # bounded even if the file grows meanwhile
-    except OSError as exc:
-        raise ValueError(f"{what}: {path} cannot be read ({exc})") from None
+    content = read_without_waiting(path, what)
     if len(content) > CONFIGMAP_LIMIT:
         raise ValueError(f"{what}: {path} is over the 1 MiB a ConfigMap holds; {_volume_hint('use')}")
     return content
+
+
+def read_nonblocking(path: Path | str, limit: int) -> bytes:
+    """Up to ``limit`` bytes of ``path``, opened non-blocking.
+
+    Raises:
+        BlockingIOError: The file has no data now and would make a reader wait (a FIFO, a device).
+        OSError: It cannot be opened or read.
+    """
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        while size < limit:
+            chunk = os.read(descriptor, min(1 << 20, limit - size))  # raises BlockingIOError, never waits
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(descriptor)
+
+
+#: Kernel pseudo-filesystems: their "regular files" (size 0) may block on read (/proc/kmsg) or
+#: describe this machine, never a file of the user's to ship.
+PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def read_without_waiting(path: Path, what: str) -> bytes:
+    """At most :data:`CONFIGMAP_LIMIT` + 1 bytes of a file, never blocking on it.
+
+    The file is opened non-blocking, so a pseudo-file that would wait for data answers at once;
+    kernel pseudo-filesystems are refused before they are opened.
+
+    Raises:
+        ValueError: A pseudo-file, or the file cannot be read at once; ``what`` names the setting.
+    """
+    try:
+        resolved = os.path.realpath(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{what}: {path} cannot be read ({exc})") from None
+    if any(resolved == root or resolved.startswith(root + "/") for root in PSEUDO_ROOTS):
+        raise ValueError(f"{what}: {path} is a file of the operating system ({resolved}), not one to ship with a run")
+    try:
+        return read_nonblocking(path, CONFIGMAP_LIMIT + 1)  # bounded even if the file grows meanwhile
+    except BlockingIOError:
+        raise ValueError(f"{what}: {path} has no data to read now (not a plain file); ship a regular file") from None
+    except OSError as exc:
+        raise ValueError(f"{what}: {path} cannot be read ({exc})") from None
 
 
 def user_files(base_dir: Path, relatives: list[str]) -> list[ShippedFile]:
@@ -223,7 +269,7 @@ def ship_referenced(
                     f"1 MiB); {_volume_hint(f'set `{_dotted(path)}` to')}"
                 )
             name = _free_name(local.name, taken)
-            files = _read_tree(local, paths, f"{SHIPPED_FOLDER}/{name}", len(shipped))
+            files = _read_tree(local, paths, f"{SHIPPED_FOLDER}/{name}", len(shipped), f"`{_dotted(path)}`")
             shipped += files
             container[key] = f"{CONFIG_MOUNT}/{SHIPPED_FOLDER}/{name}"
             notices.append(f"`{_dotted(path)}`: ships {value} with the run as {container[key]}")
@@ -269,12 +315,12 @@ def _free_name(name: str, taken: set[str]) -> str:
     return candidate
 
 
-def _read_tree(local: Path, paths: list[Path], mounted: str, first_index: int) -> list[ShippedFile]:
+def _read_tree(local: Path, paths: list[Path], mounted: str, first_index: int, what: str) -> list[ShippedFile]:
     files = []
     for offset, path in enumerate(paths):
         relative = mounted if path == local else f"{mounted}/{path.relative_to(local).as_posix()}"
         key = _KEY_UNSAFE.sub("-", f"ref{first_index + offset}-{path.name}")[:253]
-        files.append(ShippedFile(key=key, path=relative, content=path.read_bytes()))
+        files.append(ShippedFile(key=key, path=relative, content=read_without_waiting(path, what)))
     return files
 
 
@@ -329,7 +375,7 @@ def _package_files(folder: Path, module: str, what: str) -> list[ShippedFile]:
         ShippedFile(
             key=_KEY_UNSAFE.sub("-", f"pkg{index}-{module}-{p.name}")[:253],  # the index keeps keys apart
             path=f"{module}/{p.relative_to(folder).as_posix()}",
-            content=p.read_bytes(),
+            content=read_without_waiting(p, what),
         )
         for index, p in enumerate(paths)
     ]

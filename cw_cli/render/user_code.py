@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from cw_cli.frameworks.base import CONFIG_MOUNT
 from cw_cli.frameworks.runtime_files import CODE_FILE
-from cw_cli.render.shipped_files import CONFIGMAP_LIMIT, ShippedFile
+from cw_cli.render.shipped_files import CONFIGMAP_LIMIT, PSEUDO_ROOTS, ShippedFile, read_nonblocking
 from cw_cli.types import CODE_MOUNT
 
 if TYPE_CHECKING:
@@ -79,6 +79,14 @@ def code_files(folder: Path) -> list[tuple[str, Path, int]]:
     return sorted(found)
 
 
+def _read_now(path: Path) -> bytes:
+    """The whole file, opened non-blocking (its size was checked by :func:`code_files`)."""
+    try:
+        return read_nonblocking(path, MAX_RAW_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"`code`: {path} cannot be read ({exc})") from None
+
+
 def pack_folder(folder: Path) -> bytes:
     """A gzip-compressed tar of the folder's code, the same bytes for the same files.
 
@@ -90,11 +98,14 @@ def pack_folder(folder: Path) -> bytes:
     """
     if not folder.is_dir():
         raise ValueError(f"`code`: {folder} is not a folder (paths are relative to the config file)")
+    resolved = os.path.realpath(folder)
+    if any(resolved == root or resolved.startswith(root + "/") for root in PSEUDO_ROOTS):
+        raise ValueError(f"`code`: {folder} is a folder of the operating system ({resolved}), not code to ship")
     raw = io.BytesIO()
     with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=9) as zipped:
         with tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for relative, local, mode in code_files(folder):
-                content = local.read_bytes()
+                content = _read_now(local)
                 info = tarfile.TarInfo(relative)
                 info.size, info.mode, info.mtime = len(content), 0o755 if mode & 0o111 else 0o644, 0
                 tar.addfile(info, io.BytesIO(content))

@@ -238,3 +238,9 @@ def test_cw_code_refuses_an_archive_that_climbs_out_or_links(tmp_path):
         archive.write_bytes(raw.getvalue())
         assert cw_code.main(["--dest", str(tmp_path / "dest"), "--archive", str(archive)]) == 2
     assert not (tmp_path / "outside.py").exists() and not (tmp_path / "dest" / "link.py").exists()
+
+
+def test_a_code_folder_of_the_operating_system_is_refused(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        plan_for("trl", "sft", _sft(tmp_path, code="/proc/self"))
+    assert "is a folder of the operating system" in "\n".join(caught.value.issues)
