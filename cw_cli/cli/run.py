@@ -134,8 +134,9 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
             planned = session.plan(source, framework_name, type_name, **options)
         _print_notices(planned.notices)
         if dry_run:
+            verdict = _estimate_lines([planned], gpu_memory)  # first: a model config.json it refuses prints nothing
             click.echo(DRY_RUN_HEADER + planned.to_yaml(), nl=False)
-            _print_estimate([planned], gpu_memory)
+            _print_notices(verdict)
             return
         if local:
             from cw_cli.cli.local_run import run_locally
@@ -170,8 +171,9 @@ def _estimate_command(framework_name: str, type_name: str, config: Path) -> str:
     return f"cw estimate {framework_name} {type_name} {config}"
 
 
-def _print_estimate(runs: list[api.PlannedRun], gpu_memory: str | None) -> None:
-    """A dry run's memory verdict, as notes: offline (no node list), never a refusal."""
+def _estimate_lines(runs: list[api.PlannedRun], gpu_memory: str | None) -> list[str]:
+    """A dry run's memory verdict, as notes: offline (no node list), never a refusal of a run
+    (a model config.json no model could have is refused, as a launch refuses it)."""
     from cw_cli import api
 
     said: list[str] = []
@@ -183,7 +185,7 @@ def _print_estimate(runs: list[api.PlannedRun], gpu_memory: str | None) -> None:
         elif result.fits is False:
             lines += api.refusal_lines(result)
         said += [line for line in lines if line not in said]
-    _print_notices(said)
+    return said
 
 
 def _sweep(
@@ -210,8 +212,9 @@ def _sweep(
         planned = session.plan_sweep(config, framework_name, type_name, sweep=flags, name=name, **options)
     _print_notices(planned.runs[0].notices)
     if dry_run:
+        verdict = _estimate_lines(planned.runs, memory.gpu_memory)
         click.echo(DRY_RUN_HEADER + f"# sweep {planned.name}: {len(planned.runs)} runs\n" + planned.to_yaml(), nl=False)
-        _print_estimate(planned.runs, memory.gpu_memory)
+        _print_notices(verdict)
         return
     assert session is not None
     say(f"sweep {click.style(planned.name, bold=True)}: {len(planned.runs)} runs in namespace {session.namespace} ({session.kube.host})")

@@ -104,7 +104,9 @@ def test_cw_estimate_refuses_a_config_json_no_model_has(cw, tmp_path, field, mes
 @pytest.mark.parametrize(("field", "message"), HOSTILE[:4], ids=["layers", "vocab", "heads", "hidden"])
 def test_a_launch_refuses_it_too(cw, tmp_path, field, message):
     config = _model(tmp_path, _with(field))
-    _refused(cw("trl", "sft", config, "--dry-run", "--gpu-memory", "80GB"), message)
+    result = cw("trl", "sft", config, "--dry-run", "--gpu-memory", "80GB")
+    _refused(result, message)
+    assert "kind: Job" not in result.stdout  # refused before the manifests are printed
 
 
 def test_a_config_json_nested_100000_deep_is_refused(cw, tmp_path):
