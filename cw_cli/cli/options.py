@@ -34,6 +34,29 @@ def output_option(function: F) -> F:
     )(function)  # fmt: skip
 
 
+def check_gpu_memory_flag(value: str | None) -> str | None:
+    """``--gpu-memory``, checked as the config's ``gpu_memory`` is (``0``, ``-1`` and ``abc`` are refused).
+
+    Args:
+        value: The flag as typed, or None when it was not given.
+
+    Returns:
+        The size, stripped (None when not given).
+
+    Raises:
+        ConfigError: Not a memory size greater than zero; the message names the flag.
+    """
+    if value is None:
+        return None
+    from cw_cli.config.models import gpu_memory_size
+    from cw_cli.errors import ConfigError
+
+    try:
+        return gpu_memory_size(value)
+    except ValueError as exc:
+        raise ConfigError([f"--gpu-memory: {exc}"], hint="e.g. --gpu-memory 80GB, 80Gi or 141GB") from None
+
+
 def kube(context: str | None, namespace: str | None) -> Kube:
     """Connect to the API server of ``context`` (kubectl's rules), bound to ``namespace``."""
     from cw_cli.k8s.connection import ClusterTarget, connect

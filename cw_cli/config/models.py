@@ -15,11 +15,11 @@ import os
 import re
 import sys
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
-from pydantic.functional_validators import BeforeValidator
+from pydantic.functional_validators import AfterValidator, BeforeValidator
 
 from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
 from cw_cli.types import CODE_MOUNT
@@ -44,17 +44,27 @@ MemoryQuantity = Annotated[str, BeforeValidator(lambda value: _quantity(value, M
 _GPU_MEMORY = r"(?i)\s*([0-9]*\.?[0-9]+)\s*(|g|gb|gi|gib|m|mb|mi|mib|t|tb|ti|tib)\s*"
 
 
-def _gpu_memory(value: object) -> object:
+def gpu_memory_size(value: object) -> str:
+    """Check one GPU's memory as ``gpu_memory`` or ``--gpu-memory`` write it (``80GB``, ``80Gi``, ``81559MiB``, ``80``).
+
+    Returns:
+        The size as text, stripped.
+
+    Raises:
+        ValueError: Not a size greater than zero (``0``, ``-1``, ``abc``, a boolean); the message
+            says what a size looks like.
+    """
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError("must be a memory size such as 80GB, 80Gi or 81559MiB")
     text = str(value).strip()
-    match = re.fullmatch(_GPU_MEMORY, text)
+    match = re.fullmatch(_GPU_MEMORY, text) if len(text) <= 40 else None
     if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not a memory size such as 80GB, 80Gi or 81559MiB (a bare number is GiB)")
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(f"{shown!r} is not a memory size such as 80GB, 80Gi or 81559MiB (a bare number is GiB)")
     return text
 
 
-GpuMemorySize = Annotated[str, BeforeValidator(_gpu_memory), WithJsonSchema({"type": ["string", "number"]})]
+GpuMemorySize = Annotated[str, BeforeValidator(gpu_memory_size), WithJsonSchema({"type": ["string", "number"]})]
 
 
 def _env_value(value: object) -> object:
@@ -64,10 +74,67 @@ def _env_value(value: object) -> object:
     return str(value) if isinstance(value, (int, float)) else value
 
 
+#: Characters no value of a process's environment or command line can hold: NUL ends a C string,
+#: and other C0 controls (all but tab, newline and carriage return) are paste accidents. DEL and
+#: C1 controls stay: they are valid bytes there, and the manifests escape them.
+_NOT_IN_PROCESS_TEXT = r"[\x00-\x08\x0b\x0c\x0e-\x1f]"
+#: What no short name-like value (a GPU product, a model id, a local path) may hold: every control
+#: character, and Unicode's invisible bidirectional formatting characters, which make the text
+#: display in another order than the one Kubernetes and the trainer read.
+_HIDDEN_IN_NAME = r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+#: The same, where a value may span lines (labels, tolerations, Secret keys: their own checks are
+#: Kubernetes'; a tab or line break there is rendered, escaped, as written).
+_HIDDEN_IN_LABEL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+_CONTROL_NAMES = {"\x00": "NUL", "\t": "TAB", "\n": "LINE FEED", "\r": "CARRIAGE RETURN", "\x1b": "ESCAPE", "\x7f": "DELETE"}
+
+
+def hidden_character(text: str, pattern: str = _HIDDEN_IN_NAME) -> str | None:
+    """The first control or bidirectional formatting character of ``text``, as ``U+202E (RIGHT-TO-LEFT OVERRIDE)``.
+
+    Args:
+        text: A value from the config or the command line.
+        pattern: The characters refused (a regular expression character class).
+
+    Returns:
+        The code point and its name, or None when ``text`` has none of them.
+    """
+    found = re.search(pattern, text)
+    if found is None:
+        return None
+    import unicodedata  # only for a value that has one
+
+    char = found.group()
+    name = _CONTROL_NAMES.get(char) or unicodedata.name(char, "a control character")
+    return f"U+{ord(char):04X} ({name}) at character {found.start() + 1}"
+
+
+def _text_checker(pattern: str, why: str) -> Callable[[object], object]:
+    def check(value: object) -> object:
+        if isinstance(value, str) and (hidden := hidden_character(value, pattern)):
+            shown = value if len(value) <= 60 else value[:60] + "..."
+            raise ValueError(f"{shown!r} holds {hidden}, {why}; remove it (retype the value)")
+        return value
+
+    return check
+
+
+_INVISIBLE = "an invisible character that changes how the text displays or is read"
+_NOT_TEXT = "which a process's environment and arguments cannot hold"
+#: A short name-like value: a GPU product, a model id, a local path.
+NameText = Annotated[str, AfterValidator(_text_checker(_HIDDEN_IN_NAME, _INVISIBLE))]
+#: A label, toleration or Secret key value, written into manifests.
+LabelText = Annotated[str, AfterValidator(_text_checker(_HIDDEN_IN_LABEL, _INVISIBLE))]
+#: Text a process receives (an environment value, a server argument) or an annotation value.
+ProcessText = Annotated[str, AfterValidator(_text_checker(_NOT_IN_PROCESS_TEXT, _NOT_TEXT))]
+
 #: An environment variable's value: written as a string, number or boolean, kept as text.
 EnvValue = Annotated[
-    str, BeforeValidator(_env_value), WithJsonSchema({"type": ["string", "number", "boolean"]})
+    ProcessText, BeforeValidator(_env_value), WithJsonSchema({"type": ["string", "number", "boolean"]})
 ]
+
+#: A number as YAML 1.2, JSON and TOML write it, when it is given as a string (``--set gpu=0o10``,
+#: ``gpu: "1_0"``: pydantic would read the latter as 10). Compiled on first use (by ``re``'s own cache).
+_DECIMAL = r"\s*[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\s*"
 
 
 def _not_bool(value: object) -> object:
@@ -75,6 +142,9 @@ def _not_bool(value: object) -> object:
     # (A model validator rather than an annotated type: the JSON Schema keeps minimum/maximum.)
     if isinstance(value, bool):
         raise ValueError(f"must be a number, not {str(value).lower()}")
+    if isinstance(value, str) and not re.fullmatch(_DECIMAL, value):
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        raise ValueError(f"{shown!r} is not a plain decimal number; write digits only, e.g. 8")
     return value
 
 
@@ -163,15 +233,15 @@ class SecretRef(StrictModel):
     """A key of a Kubernetes Secret, exposed to the pods as an environment variable."""
 
     name: DnsName = Field(description="Name of the Secret in the run's namespace.")
-    key: str | None = Field(default=None, description="Key in the Secret; defaults to the variable's name.")
+    key: LabelText | None = Field(default=None, description="Key in the Secret; defaults to the variable's name.")
 
 
 class Toleration(StrictModel):
     """A Kubernetes toleration, copied to every pod of the run."""
 
-    key: str | None = None
+    key: LabelText | None = None
     operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = None
+    value: LabelText | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = Field(default=None, alias="tolerationSeconds")
 
@@ -223,7 +293,7 @@ class CodeSource(StrictModel):
     before the command starts, on every node.
     """
 
-    path: str | None = Field(
+    path: NameText | None = Field(
         default=None, description="A local folder (relative to the config), shipped with the run (1 MiB compressed)."
     )
     git: str | None = Field(
@@ -291,12 +361,12 @@ class ServiceResources(StrictModel):
     cpu: CpuQuantity | None = Field(default=None, description="CPU request and limit, e.g. '16'.")
     memory: MemoryQuantity | None = Field(default=None, description="Memory request and limit, e.g. '128Gi'.")
     image: str | None = Field(default=None, description="Container image of this service.")
-    model: str | None = Field(
+    model: NameText | None = Field(
         default=None, description="Model served (reward: the sequence-classification model; required to enable it)."
     )
     tensor_parallel_size: int | None = Field(default=None, ge=1, le=64, description="vLLM tensor parallelism.")
     port: int | None = Field(default=None, ge=1024, le=65535, description="Port the service listens on.")
-    args: list[str] = Field(default=[], description="Extra command-line arguments for the server.")
+    args: list[ProcessText] = Field(default=[], description="Extra command-line arguments for the server.")
 
     _numbers_not_bools = field_validator("gpu", "tensor_parallel_size", "port", mode="before")(_not_bool)
 
@@ -309,7 +379,7 @@ class ClusterSpec(StrictModel):
     cpu: CpuQuantity | None = Field(default=None, description="CPU request and limit of each trainer pod.")
     memory: MemoryQuantity | None = Field(default=None, description="Memory request and limit of each trainer pod.")
     nodes: int = Field(default=1, ge=1, le=512, description="Trainer nodes (pods, one per node).")
-    gpu_type: str | None = Field(
+    gpu_type: NameText | None = Field(
         default=None,
         max_length=200,
         description="GPU product the run expects, e.g. H100-80GB or NVIDIA-H200: its memory is what `cw estimate` and "
@@ -343,8 +413,8 @@ class ClusterSpec(StrictModel):
         description="PersistentVolumeClaim shared as the Hugging Face cache (HF_HOME=/hf-cache) by the trainer and "
         "the servers, so a model is downloaded once per cluster (ReadWriteMany when pods are on several nodes).",
     )
-    node_selector: dict[str, str] = Field(default={}, description="Node labels the pods must match.")
-    annotations: dict[str, str] = Field(
+    node_selector: dict[str, LabelText] = Field(default={}, description="Node labels the pods must match.")
+    annotations: dict[str, ProcessText] = Field(
         default={}, description="Annotations on every pod of the run (e.g. for sidecars or monitoring)."
     )
     tolerations: list[Toleration] = Field(default=[], description="Tolerations for every pod.")
@@ -416,6 +486,15 @@ class ClusterSpec(StrictModel):
     def _secret_names(cls, secrets: dict[str, object]) -> dict[str, object]:
         _check_variable_names(secrets)
         return secrets
+
+    @field_validator("node_selector", "annotations")
+    @classmethod
+    def _label_keys(cls, labels: dict[str, str]) -> dict[str, str]:
+        for key in labels:  # a key has no location of its own in pydantic's errors: name it here
+            if hidden := hidden_character(key, _HIDDEN_IN_LABEL):
+                shown = key if len(key) <= 60 else key[:60] + "..."
+                raise ValueError(f"the key {shown!r} holds {hidden}, {_INVISIBLE}; remove it (retype the key)")
+        return labels
 
     @field_validator("nodes")
     @classmethod

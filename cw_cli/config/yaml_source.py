@@ -44,6 +44,11 @@ _PLAIN_TAGS = frozenset(_TAG + name for name in ("str", "int", "float", "bool", 
 _KEY_TAGS = frozenset(_TAG + name for name in ("str", "int", "merge"))
 #: Scalars whose construction can fail on values the resolver accepted (``2024-13-45``, 5000 digits).
 _CHECKED_SCALARS = frozenset(_TAG + name for name in ("int", "float", "timestamp"))
+#: Numbers as YAML 1.2, JSON and TOML write them. PyYAML (YAML 1.1) also reads ``0x10``, ``010``
+#: (octal: 8), ``0b1``, ``1:30`` (base 60: 90) and ``1_000`` as numbers, which YAML 1.2 readers
+#: take as strings or other numbers. Compiled on first use (by ``re``'s own cache).
+_DECIMAL_INT = r"[-+]?(?:0|[1-9][0-9]*)"
+_DECIMAL_FLOAT = r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)"
 
 
 def _mark(event: yaml.Event) -> yaml.error.Mark:
@@ -271,6 +276,68 @@ def _check_nodes(loader: ConfigLoader, root: yaml.Node) -> tuple[dict[KeyPath, i
     return lines, problems
 
 
+def _yaml11_only(node: yaml.ScalarNode) -> bool:
+    """Whether a scalar is a number written in a form only YAML 1.1 reads as one (``0x10``, ``1_000``)."""
+    if node.tag == _TAG + "int":
+        return not re.fullmatch(_DECIMAL_INT, node.value)
+    if node.tag == _TAG + "float":
+        return not re.fullmatch(_DECIMAL_FLOAT, node.value)
+    return False
+
+
+def _yaml11_numbers(loader: ConfigLoader, root: yaml.Node) -> dict[KeyPath, tuple[str, object]]:
+    """Key path -> (text, value) of each number written in a YAML-1.1-only form, aliases and merges expanded.
+
+    Walks the composed nodes, before construction flattens the merge keys. Expanding aliases is
+    bounded: the composer refused a document over :data:`MAX_NODES` values, aliases counted at
+    their expanded size.
+    """
+    found: dict[KeyPath, tuple[str, object]] = {}
+    values: dict[int, object] = {}  # id(node) -> its value: an aliased number is built once
+    stack: list[tuple[yaml.Node, KeyPath]] = [(root, ())]
+    while stack:  # iterative: the depth is bounded, but a merge chain need not be
+        node, path = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            if _yaml11_only(node):
+                if id(node) not in values:
+                    values[id(node)] = loader.yaml_constructors[node.tag](loader, node)
+                found[path] = (node.value, values[id(node)])
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, (*path, index)) for index, item in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if key_node.tag != _TAG + "merge":
+                    stack.append((value_node, (*path, _key_name(key_node))))
+                    continue
+                merged = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                stack.extend((item, path) for item in merged)
+    return found
+
+
+def _value_at(data: object, path: KeyPath) -> object:
+    for part in path:
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return None
+    return data
+
+
+def yaml11_number(text: str) -> bool:
+    """Whether a command-line value is a number only YAML 1.1 reads as one (``0x10``, ``010``, ``1:30``, ``1_000``).
+
+    A quoted value is a string, never such a number.
+    """
+    try:
+        _, nodes = _compose(text)
+    except yaml.YAMLError:
+        return False
+    node = nodes[0] if len(nodes) == 1 else None
+    return isinstance(node, yaml.ScalarNode) and _yaml11_only(node)  # a quoted value resolves as a string
+
+
 def parse_scalar(text: str) -> object:
     """Type a command-line value the way the config file would (``1e-5`` -> float, ``true`` -> bool).
 
@@ -312,11 +379,15 @@ class YamlSource(Struct):
         path: The file it was read from.
         data: The parsed top-level mapping.
         lines: 1-based line of each key path (e.g. ``("trl", "beta")``).
+        yaml11_numbers: The text of each value written as a number only YAML 1.1 reads as one
+            (``0x10``, ``010``, ``0b1``, ``1:30``, ``1_000``), by key path: cw refuses them in its
+            own fields, and passes the framework's keys on as PyYAML reads them.
     """
 
     path: Path
     data: dict[str, Any]
     lines: dict[KeyPath, int] = field(default_factory=dict)
+    yaml11_numbers: dict[KeyPath, str] = field(default_factory=dict)
 
     def where(self, key_path: KeyPath) -> str:
         """Return ``file:line`` for a key path, falling back to its closest known parent."""
@@ -393,6 +464,7 @@ def load_yaml_config(path: Path) -> YamlSource:
             raise ConfigError(
                 [f"{path}:{line}: {problem}" for line, problem in problems], hint="fix the YAML at those lines"
             )
+        numbers = _yaml11_numbers(loader, nodes[0])  # before construction flattens the merge keys
         data = _construct(loader, nodes[0])
     except ValueError as exc:
         raise ConfigError([f"{path}: a value cannot be read ({_short(str(exc), 80)})"]) from None
@@ -409,7 +481,9 @@ def load_yaml_config(path: Path) -> YamlSource:
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError([f"{where}: not valid YAML: {problem}"], hint="fix the YAML syntax at that line") from None
-    return YamlSource(path=path, data=data, lines=lines)
+    # Only where the value is still the one written: a later key may override a merged one.
+    odd = {key: text for key, (text, value) in numbers.items() if _value_at(data, key) == value}
+    return YamlSource(path=path, data=data, lines=lines, yaml11_numbers=odd)
 
 
 def _check_toml_keys(path: Path, text: str) -> None:

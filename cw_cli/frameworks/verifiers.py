@@ -73,6 +73,18 @@ SCHEMA_KEYS = {
 }
 #: verifiers' CLI that installs an environment from its hub (what vf-rl runs before vf-train).
 PRIME_CLI = "prime==0.18.0"
+#: Counts vf-train divides or sizes by (trainer.args key -> what it counts): a whole number from 1.
+TRAINER_COUNTS = {
+    "batch_size": "rollouts per step",
+    "micro_batch_size": "rollouts per forward pass",
+    "rollouts_per_example": "rollouts per prompt",
+    "max_seq_len": "tokens",
+}
+#: Larger than any real count (torch and vLLM hold sizes as int32).
+MAX_COUNT = 2**31 - 1
+#: vf-rl's GPU counts (key -> cw's field it sizes); cw's own bound, a node's GPUs.
+GPU_COUNTS = {"inference.gpus": "services.server.gpu", "trainer.gpus": "gpu"}
+MAX_GPUS = 64
 
 
 #: Keys that only prime-rl's `rl` TOML has (its GPU id lists and async orchestrator).
@@ -235,7 +247,7 @@ class VerifiersFramework(BaseTrainingFramework):
         accelerate = native.get("accelerate_config")
         if accelerate not in ACCELERATE_CONFIGS:
             problems.append(f"`accelerate_config: {accelerate}` is not one of {', '.join(ACCELERATE_CONFIGS)}")
-        return problems
+        return problems + _count_problems(native)
 
     def prepare_config(self, native: dict[str, Any], context: RunContext) -> dict[str, Any]:
         server = server_sizing(context, "server", VLLM_PORT)
@@ -328,6 +340,30 @@ class VerifiersFramework(BaseTrainingFramework):
 def _module_name(env_id: str) -> str:
     """The module verifiers imports for an environment id (its own rule: last path part, '-' -> '_')."""
     return env_id.replace("-", "_").split("/")[-1]
+
+
+def _count_problem(key: str, value: object, largest: int, what: str) -> str | None:
+    """Why a count is no whole number from 1 to ``largest`` (None when it is one)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= largest:
+        return None
+    text = json.dumps(value) if isinstance(value, (bool, str)) else str(value)  # as the file writes it
+    shown = text if len(text) <= 24 else text[:24] + "..."
+    return f"`{key}: {shown}` must be a whole number of {what} from 1 to {largest}"
+
+
+def _count_problems(native: dict[str, Any]) -> list[str]:
+    """GPU counts and vf-train's batch sizes that no run can have (0, -1, 2^70, true, 1.5)."""
+    problems = []
+    for dotted, field in GPU_COUNTS.items():
+        section, key = dotted.split(".")
+        node = _mapping(native, section)
+        if key in node and (problem := _count_problem(dotted, node[key], MAX_GPUS, f"GPUs (cw's `{field}`)")):
+            problems.append(problem)
+    args = _mapping(native, "trainer", "args")
+    for key, what in TRAINER_COUNTS.items():
+        if key in args and (problem := _count_problem(f"trainer.args.{key}", args[key], MAX_COUNT, what)):
+            problems.append(problem)
+    return problems
 
 
 def _check_managed(
