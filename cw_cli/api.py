@@ -457,7 +457,7 @@ def plan_sweep(
         kind = training_type
         sweep_name = generate_run_name(framework, kind, source.path.stem)[: sweeps.MAX_SWEEP_NAME].rstrip("-")
     points = sweeps.check_size(spec, sweep_name)
-    stripped = YamlSource(path=source.path, data=data, lines=source.lines)
+    stripped = YamlSource(path=source.path, data=data, lines=source.lines, yaml11_numbers=source.yaml11_numbers)
     registry = registry or _registry()
     runs: list[PlannedRun] = []
     problems: list[str] = []

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cw_cli.cli.errors import handle_errors
+from cw_cli.cli.options import check_gpu_memory_flag
 from cw_cli.cli.output import err, out
 from cw_cli.cli.run import gpu_memory_option, launch_options
 
@@ -98,6 +99,7 @@ def estimate_command(
     from cw_cli.cli.formats import check_output, dump
 
     output = check_output(output)
+    check_gpu_memory_flag(gpu_memory)  # before anything is read: `--gpu-memory 0` is no GPU
     registry = _registry(ctx)
     if name is not None:
         from cw_cli.render.naming import validate_run_name

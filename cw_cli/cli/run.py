@@ -158,13 +158,9 @@ class MemoryCheck(Struct, frozen=True):
 
 
 def _check_gpu_memory(value: str) -> None:
-    from cw_cli.errors import ConfigError
-    from cw_cli.estimate.gpus import parse_memory
+    from cw_cli.cli.options import check_gpu_memory_flag
 
-    try:
-        parse_memory(value)
-    except ValueError as exc:
-        raise ConfigError([f"--gpu-memory: {exc}"], hint="e.g. --gpu-memory 80GB, 80Gi or 141GB") from None
+    check_gpu_memory_flag(value)  # the same rule as the config's `gpu_memory` (0 is no GPU)
 
 
 def _estimate_command(framework_name: str, type_name: str, config: Path) -> str:

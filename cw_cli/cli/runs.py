@@ -88,6 +88,7 @@ def status_command(run: str, namespace: str | None, context: str | None, output:
     from cw_cli.k8s.inspect import run_status
 
     output = check_output(output)
+    _check_run_argument(run)
     view = run_status(kube(context, namespace), run)
     if output != "table":
         click.echo(dump(status_dict(view), output), nl=False)
@@ -146,13 +147,16 @@ def logs_command(
     """Print (or follow) the log of one pod of a run, through the API server."""
     import sys
 
+    from cw_cli.errors import ConfigError
     from cw_cli.k8s.operations import stream_logs
     from cw_cli.labels import ROLES
 
     if role not in ROLES:
-        from cw_cli.errors import ConfigError
-
         raise ConfigError([f"--role {role!r}: expected trainer, server or reward"])
+    _check_run_argument(run)
+    for flag, value in (("--rank", rank), ("--tail", tail)):
+        if value is not None and value < 0:
+            raise ConfigError([f"{flag} {value}: expected 0 or more"])
     client = kube(context, namespace)
     stdout = sys.stdout
     for line in stream_logs(client, run, role, rank, follow, tail, notice=lambda m: echo(m, err=True)):
@@ -173,6 +177,8 @@ def delete_command(run: str | None, sweep: str | None, namespace: str | None, co
 
     if (run is None) == (sweep is None):
         raise ConfigError(["give a run name or --sweep NAME (not both)"], hint="cw delete RUN, or cw delete --sweep NAME")
+    if run is not None:
+        _check_run_argument(run)
     client = kube(context, namespace)
     if sweep is not None:
         runs = delete_sweep(client, sweep)
@@ -183,3 +189,17 @@ def delete_command(run: str | None, sweep: str | None, namespace: str | None, co
     echo(f"deleted {', '.join(deleted)}", err=True)
 
 
+
+
+def _check_run_argument(run: str) -> None:
+    """Refuse what cannot be a run's name before asking the cluster (exit 2, not 3 or 4)."""
+    from cw_cli.render.naming import MAX_RUN_NAME, is_run_name
+
+    if not is_run_name(run):
+        from cw_cli.errors import ConfigError
+
+        raise ConfigError(
+            [f"RUN {printable(run[:80])!r} is not a run name: at most {MAX_RUN_NAME} lower-case letters, digits or '-', "
+             "starting with a letter"],
+            hint="`cw list` shows the runs",
+        )  # fmt: skip

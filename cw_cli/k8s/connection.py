@@ -370,6 +370,8 @@ def connect(target: ClusterTarget) -> Kube:
     from cw_cli.k8s import kubeconfig as kc
     from cw_cli.k8s.transport import Transport
 
+    if target.namespace is not None:
+        _check_namespace(target.namespace)  # a bad --namespace is the user's (exit 2), whatever the cluster
     try:
         credentials = kc.load(target.kubeconfig, target.context)
         kube_namespace = credentials.namespace
@@ -385,9 +387,13 @@ def connect(target: ClusterTarget) -> Kube:
     except OSError as exc:
         raise ClusterUnreachable(f"cannot read the kubeconfig: {exc}", hint="set KUBECONFIG to a readable file") from None
     namespace = target.namespace or kube_namespace or "default"
+    _check_namespace(namespace)
+    return Kube(transport, namespace)
+
+
+def _check_namespace(namespace: str) -> None:
     if not _NAMESPACE.fullmatch(namespace):  # it becomes part of every URL path
         raise ConfigError([f"namespace {namespace!r} is not a valid namespace name"], hint="use lower-case letters, digits and '-'")
-    return Kube(transport, namespace)
 
 
 def _connect_with_official_client(target: ClusterTarget) -> tuple[Transport, str | None]:

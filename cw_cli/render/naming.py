@@ -33,6 +33,11 @@ def generate_run_name(framework: str, training_type: str, stem: str = "") -> str
     return f"{base}-{suffix}"
 
 
+def is_run_name(name: str) -> bool:
+    """Whether ``name`` can be a run's name (what :func:`validate_run_name` accepts)."""
+    return len(name) <= MAX_RUN_NAME and bool(_LABEL.fullmatch(name))
+
+
 def validate_run_name(name: str) -> str:
     """Check a user-chosen run name (``--name``).
 
@@ -40,7 +45,7 @@ def validate_run_name(name: str) -> str:
         ConfigError: Not a DNS-1123 label starting with a letter, or too long; the hint offers a
             valid spelling.
     """
-    if len(name) <= MAX_RUN_NAME and _LABEL.fullmatch(name):
+    if is_run_name(name):
         return name
     suggestion = sanitize(name)[:MAX_RUN_NAME].rstrip("-")
     raise ConfigError(

@@ -79,9 +79,7 @@ def test_the_cli_refuses_an_empty_set_with_exit_code_2_and_prints_no_manifest(tm
 @pytest.mark.parametrize("value", [
     "-1",
     "abc",
-    pytest.param("0", marks=pytest.mark.xfail(strict=True, reason=(
-        "cw_cli/cli/run.py (_check_gpu_memory) and cli/estimate.py still read --gpu-memory with "
-        "estimate.gpus.parse_memory, which takes 0; they should call options.check_gpu_memory_flag"))),
+    "0",
 ])  # fmt: skip
 def test_the_cli_refuses_a_bad_gpu_memory_with_exit_code_2(tmp_path, value):
     result = _cli(tmp_path, f"--gpu-memory={value}")
