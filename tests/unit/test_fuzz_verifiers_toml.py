@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import shutil
 import string
-import tomllib
 from pathlib import Path
 
 import tomli_w
+import tomllib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from unit_helpers import CONFIGS, obj, plan_for
