@@ -480,6 +480,39 @@ def plan_sweep(
     return PlannedSweep(sweep_name, runs, points)
 
 
+class Export(Struct):
+    """An export Job of a run (:meth:`Run.export`).
+
+    Attributes:
+        name: The export Job's name.
+        run: The run it exports.
+        run_dir: The run's folder on its checkpoint volume (the export lands in ``exported/``).
+    """
+
+    name: str
+    run: Run
+    run_dir: str
+
+    def wait(self, timeout: float | None = None, progress: Progress = _quiet) -> str:
+        """Block until the export ends.
+
+        Returns:
+            ``"Succeeded"``.
+
+        Raises:
+            RunFailed: The export failed (its log says why: ``cw logs RUN --role export``).
+            WaitTimeout: Still running after ``timeout`` seconds.
+        """
+        from cw_cli.errors import RunFailed
+        from cw_cli.k8s.operations import wait_for_run
+
+        try:
+            return wait_for_run(self.run.session.kube, self.name, timeout, progress)
+        except RunFailed as failed:
+            raise RunFailed(f"export {self.name} failed: {failed.message.removeprefix('run failed: ')}",
+                            hint=f"see its log: cw logs {self.run.name} --role export") from None  # fmt: skip
+
+
 class Run(Struct):
     """A run on the cluster: read its state and logs, wait for it, delete it.
 
@@ -542,6 +575,47 @@ class Run(Struct):
             raise
         self.stop_servers(progress)
         return state
+
+    def export(
+        self, *, checkpoint: str = "final", merge: bool = False, push_to_hub: str | None = None, private: bool = False,
+        overwrite: bool = False, gpu: int = 0, cpu: str = "8", memory: str = "64Gi",
+    ) -> Export:  # fmt: skip
+        """Start a Job that turns a checkpoint of the run into a model ready to use, on its volume.
+
+        Args:
+            checkpoint: ``final`` (the model saved at the end; the run must have succeeded),
+                ``latest`` (its newest complete checkpoint) or a step number.
+            merge: Merge a LoRA adapter into its base model.
+            push_to_hub: Also upload it to this Hub repository (with the run's ``HF_TOKEN``).
+            private: Create that repository private.
+            overwrite: Replace an earlier export of the same checkpoint and form.
+            gpu: GPUs for the export pod (merging is CPU work by default).
+            cpu: Its CPU request and limit.
+            memory: Its memory request and limit (a merge holds the base model in memory).
+
+        Returns:
+            The export, to wait for (``RUN/exported/<final|checkpoint-N>[-merged]`` on the volume).
+
+        Raises:
+            ConfigError: A bad choice, outputs on no volume, or ``final`` before the run succeeded.
+            NotFound: No such run.
+            Conflict: The same export exists already.
+        """
+        from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
+        from cw_cli.k8s.export import create_export, export_facts
+        from cw_cli.render.export import ExportChoice, check_choice
+
+        try:
+            cpu, memory = normalize_quantity(cpu, MIN_CPU, "cpu"), normalize_quantity(memory, MIN_MEMORY, "memory")
+        except ValueError as exc:
+            raise ConfigError([f"--cpu/--memory: {exc}"]) from None
+        choice = ExportChoice(checkpoint=str(checkpoint), merge=merge, push_to_hub=push_to_hub, private=private,
+                              overwrite=overwrite, gpu=gpu, cpu=cpu, memory=memory)  # fmt: skip
+        problems = check_choice(choice)
+        if problems:
+            raise ConfigError(problems, hint="cw export --help")
+        facts = export_facts(self.session.kube, self.name, choice)
+        return Export(create_export(self.session.kube, facts, choice), self, facts.run_dir)
 
     def wait_for_servers(self, timeout: float | None = None, progress: Progress = _quiet) -> None:
         """Block until the run's servers are Ready (a ``--services`` run)."""

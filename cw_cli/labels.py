@@ -42,6 +42,9 @@ REWARD = "reward"
 #: Roles of the servers a multi-service run may have, in the order cw starts them.
 SERVER_ROLES = (SERVER, REWARD)
 ROLES = (TRAINER, *SERVER_ROLES)
+#: `cw export`'s pod: part of the run (its logs: `cw logs RUN --role export`), not a server.
+EXPORT = "export"
+LOG_ROLES = (*ROLES, EXPORT)
 
 
 #: Suffix of each object of a run after the run's name (`<run>-config`, `<run>-trainer`, ...).

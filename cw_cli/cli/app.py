@@ -43,6 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Show a run's training metrics (loss, reward...) from its trainer log: a table and a chart.",
     ),
     "estimate": ("cw_cli.cli.estimate:estimate_command", "Estimate a run's per-GPU memory (trainer, vLLM) and whether it fits."),
+    "export": (
+        "cw_cli.cli.export:export_command",
+        "Export a run's model to RUN/exported/ on its checkpoint volume (merged, or pushed to the Hub).",
+    ),
     "delete": (
         "cw_cli.cli.runs:delete_command",
         "Delete every object of a run, or of every run of a sweep (and nothing else).",

@@ -88,7 +88,7 @@ def status_command(run: str, namespace: str | None, context: str | None, output:
     from cw_cli.k8s.inspect import run_status
 
     output = check_output(output)
-    _check_run_argument(run)
+    check_run_argument(run)
     view = run_status(kube(context, namespace), run)
     if output != "table":
         click.echo(dump(status_dict(view), output), nl=False)
@@ -135,7 +135,7 @@ def status_command(run: str, namespace: str | None, context: str | None, output:
 @click.command("logs")
 @run_argument()
 @click.option("--follow", "-f", is_flag=True, help="Stream new lines until the pod ends.")
-@click.option("--role", default="trainer", show_default=True, help="trainer, server or reward.")
+@click.option("--role", default="trainer", show_default=True, help="trainer, server, reward or export.")
 @click.option("--rank", type=int, help="Node rank of a multi-node trainer.")
 @click.option("--tail", type=int, help="Only the last N lines.")
 @namespace_option
@@ -149,11 +149,11 @@ def logs_command(
 
     from cw_cli.errors import ConfigError
     from cw_cli.k8s.operations import stream_logs
-    from cw_cli.labels import ROLES
+    from cw_cli.labels import LOG_ROLES
 
-    if role not in ROLES:
-        raise ConfigError([f"--role {role!r}: expected trainer, server or reward"])
-    _check_run_argument(run)
+    if role not in LOG_ROLES:
+        raise ConfigError([f"--role {role!r}: expected {', '.join(LOG_ROLES)}"])
+    check_run_argument(run)
     for flag, value in (("--rank", rank), ("--tail", tail)):
         if value is not None and value < 0:
             raise ConfigError([f"{flag} {value}: expected 0 or more"])
@@ -178,7 +178,7 @@ def delete_command(run: str | None, sweep: str | None, namespace: str | None, co
     if (run is None) == (sweep is None):
         raise ConfigError(["give a run name or --sweep NAME (not both)"], hint="cw delete RUN, or cw delete --sweep NAME")
     if run is not None:
-        _check_run_argument(run)
+        check_run_argument(run)
     client = kube(context, namespace)
     if sweep is not None:
         runs = delete_sweep(client, sweep)
@@ -191,7 +191,7 @@ def delete_command(run: str | None, sweep: str | None, namespace: str | None, co
 
 
 
-def _check_run_argument(run: str) -> None:
+def check_run_argument(run: str) -> None:
     """Refuse what cannot be a run's name before asking the cluster (exit 2, not 3 or 4)."""
     from cw_cli.render.naming import MAX_RUN_NAME, is_run_name
 

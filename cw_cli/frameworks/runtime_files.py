@@ -18,6 +18,7 @@ PIP_FILE = "cw_pip.py"  # pip-installs the run's requirements, then execs the co
 KEEPER_FILE = "cw_keeper.py"  # beside each server: scales it to zero once the trainer has finished
 WAIT_FILE = "cw_wait.py"  # the trainer's init containers: wait until a server answers (run with -c)
 CODE_FILE = "cw_code.py"  # unpacks or clones the run's own code (`code:`) before the command
+EXPORT_FILE = "cw_export.py"  # `cw export`: a checkpoint turned into a model ready to use
 _SOURCES = {
     KEEPER_FILE: "cw_keeper.py",
     REWARD_SERVER_FILE: "reward_server.py",
@@ -26,6 +27,7 @@ _SOURCES = {
     PIP_FILE: "cw_pip.py",
     WAIT_FILE: "cw_wait.py",
     CODE_FILE: "cw_code.py",
+    EXPORT_FILE: "cw_export.py",
 }
 
 REWARD_FUNCTION = "cw_reward.remote_reward"

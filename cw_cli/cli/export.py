@@ -1,0 +1,44 @@
+"""`cw export RUN`: a checkpoint of a run turned into a model ready to use, by a Job on the cluster."""
+
+from __future__ import annotations
+
+import click
+
+from cw_cli.cli.errors import handle_errors
+from cw_cli.cli.options import context_option, namespace_option, run_argument
+from cw_cli.cli.plain import printable, say
+
+
+@click.command("export")
+@run_argument()
+@click.option("--checkpoint", default="final", show_default=True,
+              help="final (the model saved at the end), latest (the newest complete checkpoint) or a step number.")
+@click.option("--merge", is_flag=True, help="Merge a LoRA adapter into its base model.")
+@click.option("--push-to-hub", "push_to_hub", metavar="REPO", help="Also upload it to this Hub repository (the run's HF_TOKEN).")
+@click.option("--private", is_flag=True, help="With --push-to-hub: create the repository private.")
+@click.option("--overwrite", is_flag=True, help="Replace an earlier export of the same checkpoint.")
+@click.option("--gpu", type=int, default=0, show_default=True, help="GPUs for the export pod.")
+@click.option("--cpu", default="8", show_default=True, help="CPU of the export pod.")
+@click.option("--memory", default="64Gi", show_default=True, help="Memory of the export pod (a merge holds the base model).")
+@click.option("--wait", is_flag=True, help="Wait until the export ends; exit 1 if it fails.")
+@click.option("--timeout", type=float, help="With --wait: seconds to wait.")
+@namespace_option
+@context_option
+@handle_errors
+def export_command(
+    run: str, checkpoint: str, merge: bool, push_to_hub: str | None, private: bool, overwrite: bool, gpu: int, cpu: str,
+    memory: str, wait: bool, timeout: float | None, namespace: str | None, context: str | None,
+) -> None:  # fmt: skip
+    """Export a run's model to RUN/exported/ on its checkpoint volume (merged, or pushed to the Hub)."""
+    from cw_cli import api
+    from cw_cli.cli.runs import check_run_argument
+
+    check_run_argument(run)
+    session = api.Session(context=context, namespace=namespace)
+    started = session.run(run).export(checkpoint=checkpoint, merge=merge, push_to_hub=push_to_hub, private=private,
+                                      overwrite=overwrite, gpu=gpu, cpu=cpu, memory=memory)  # fmt: skip
+    say(f"export {click.style(started.name, bold=True)} started: {printable(started.run_dir)}/exported/ on the run's volume")
+    say(f"next: cw logs {run} --role export -f   cw status {run}")
+    if wait:
+        started.wait(timeout, lambda line: say(f"  {printable(line)}"))
+        say(f"export {started.name} succeeded", fg="green")
