@@ -576,6 +576,22 @@ class Run(Struct):
         self.stop_servers(progress)
         return state
 
+    def artifacts(self) -> dict[str, Any]:
+        """What the run left on its checkpoint volume: each checkpoint (step, size, time, complete or
+        not, the metrics logged at its step), the final model and the exports, read in a short-lived
+        pod that mounts the volume read-only.
+
+        Raises:
+            NotFound: No such run.
+            ConfigError: The run kept its outputs on no volume.
+        """
+        from cw_cli.k8s.artifacts import read_artifacts
+        from cw_cli.k8s.connection import ClusterTarget
+
+        target = ClusterTarget(context=self.session.context, namespace=self.session.namespace,
+                               kubeconfig=self.session.kubeconfig)  # fmt: skip
+        return read_artifacts(self.session.kube, target, self.name)
+
     def export(
         self, *, checkpoint: str = "final", merge: bool = False, push_to_hub: str | None = None, private: bool = False,
         overwrite: bool = False, gpu: int = 0, cpu: str = "8", memory: str = "64Gi",

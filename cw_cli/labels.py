@@ -44,6 +44,8 @@ SERVER_ROLES = (SERVER, REWARD)
 ROLES = (TRAINER, *SERVER_ROLES)
 #: `cw export`'s pod: part of the run (its logs: `cw logs RUN --role export`), not a server.
 EXPORT = "export"
+#: `cw artifacts`' short-lived pod that reads the run's volume.
+READER = "reader"
 LOG_ROLES = (*ROLES, EXPORT)
 
 

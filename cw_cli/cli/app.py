@@ -43,6 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Show a run's training metrics (loss, reward...) from its trainer log: a table and a chart.",
     ),
     "estimate": ("cw_cli.cli.estimate:estimate_command", "Estimate a run's per-GPU memory (trainer, vLLM) and whether it fits."),
+    "artifacts": (
+        "cw_cli.cli.artifacts:artifacts_command",
+        "List a run's checkpoints, final model and exports on its volume (step, size, time, metrics).",
+    ),
     "export": (
         "cw_cli.cli.export:export_command",
         "Export a run's model to RUN/exported/ on its checkpoint volume (merged, or pushed to the Hub).",

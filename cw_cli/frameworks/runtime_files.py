@@ -19,6 +19,7 @@ KEEPER_FILE = "cw_keeper.py"  # beside each server: scales it to zero once the t
 WAIT_FILE = "cw_wait.py"  # the trainer's init containers: wait until a server answers (run with -c)
 CODE_FILE = "cw_code.py"  # unpacks or clones the run's own code (`code:`) before the command
 EXPORT_FILE = "cw_export.py"  # `cw export`: a checkpoint turned into a model ready to use
+ARTIFACTS_FILE = "cw_artifacts.py"  # `cw artifacts`: what a run left on its volume, as JSON
 _SOURCES = {
     KEEPER_FILE: "cw_keeper.py",
     REWARD_SERVER_FILE: "reward_server.py",
@@ -28,6 +29,7 @@ _SOURCES = {
     WAIT_FILE: "cw_wait.py",
     CODE_FILE: "cw_code.py",
     EXPORT_FILE: "cw_export.py",
+    ARTIFACTS_FILE: "cw_artifacts.py",
 }
 
 REWARD_FUNCTION = "cw_reward.remote_reward"

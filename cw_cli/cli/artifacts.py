@@ -1,0 +1,57 @@
+"""`cw artifacts RUN`: the run's checkpoints, final model and exports on its volume."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import click
+
+from cw_cli.cli.errors import handle_errors
+from cw_cli.cli.options import context_option, namespace_option, output_option, run_argument
+from cw_cli.cli.plain import printable, table
+
+#: Metrics shown in the table, first found first (all of them are in -o json).
+SHOWN_METRICS = ("loss", "train_loss", "reward", "eval_loss")
+
+
+def _size(size: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024  # type: ignore[assignment]
+    return str(size)
+
+
+def _row(item: dict[str, Any]) -> list[str]:
+    metrics = item.get("metrics") or {}
+    shown = next((f"{key} {metrics[key]:.4g}" for key in SHOWN_METRICS if isinstance(metrics.get(key), (int, float))), "")
+    when = dt.datetime.fromtimestamp(item["modified"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M") if item["modified"] else ""
+    kind = item["kind"] + (" (adapter)" if item.get("adapter") else "")
+    return [printable(kind), str(item["step"] if item["step"] is not None else ""), "yes" if item["complete"] else "no",
+            _size(int(item["size"])), when, printable(shown), printable(item["path"])]  # fmt: skip
+
+
+@click.command("artifacts")
+@run_argument()
+@namespace_option
+@context_option
+@output_option
+@handle_errors
+def artifacts_command(run: str, namespace: str | None, context: str | None, output: str) -> None:
+    """List a run's checkpoints, final model and exports on its volume (step, size, time, metrics)."""
+    from cw_cli import api
+    from cw_cli.cli.formats import check_output, dump
+    from cw_cli.cli.runs import check_run_argument
+
+    output = check_output(output)
+    check_run_argument(run)
+    listing = api.Session(context=context, namespace=namespace).run(run).artifacts()
+    if output != "table":
+        click.echo(dump(listing, output), nl=False)
+        return
+    if not listing["artifacts"]:
+        click.echo(f"{printable(listing['run_dir'])}: no checkpoint, model or export yet", err=True)
+        return
+    header = ["KIND", "STEP", "COMPLETE", "SIZE", "MODIFIED (UTC)", "METRICS", "PATH"]
+    click.echo(table(header, [_row(item) for item in listing["artifacts"]]), nl=False)

@@ -1,0 +1,114 @@
+"""`cw artifacts RUN`: what a run left on its checkpoint volume, read through the API server.
+
+A short-lived reader pod mounts the run's claim read-only (never assuming the volume is mounted
+here), cw runs cw_artifacts.py in it by exec, and deletes the pod; the pod ends by itself after
+:data:`READER_DEADLINE_S` should cw be stopped first.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from cw_cli.errors import ConfigError, CwError, WaitTimeout
+from cw_cli.frameworks.base import CHECKPOINT_MOUNT
+from cw_cli.frameworks.runtime_files import ARTIFACTS_FILE, runtime_file
+from cw_cli.k8s.connection import ClusterTarget, Kube
+from cw_cli.k8s.pod_exec import exec_in_pod
+from cw_cli.k8s.run_facts import output_dir_of, trainer_of
+from cw_cli.labels import COMPONENT_LABEL, READER
+from cw_cli.render.plan import CONTAINER_SECURITY, POD_SECURITY
+
+#: The reader pod's longest life: it is deleted once read, and ends by itself after this.
+READER_DEADLINE_S = 900
+#: How long cw waits for the reader pod to run.
+READER_START_S = 180
+
+
+def reader_pod(run_name: str, owner: dict[str, Any], pod: dict[str, Any], claim: str) -> dict[str, Any]:
+    """The reader pod: the trainer's image and placement, the run's claim read-only at /checkpoints."""
+    container = next(c for c in pod["containers"] if c["name"] == "trainer")
+    labels = {k: v for k, v in (owner["metadata"].get("labels") or {}).items() if not k.startswith("kueue.x-k8s.io/")}
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": READER_DEADLINE_S,
+        "automountServiceAccountToken": False,
+        "securityContext": POD_SECURITY,
+        "nodeSelector": pod.get("nodeSelector") or {},
+        "tolerations": pod.get("tolerations") or [],
+        "containers": [{
+            "name": READER,
+            "image": container["image"],
+            "imagePullPolicy": container.get("imagePullPolicy", "IfNotPresent"),
+            "command": ["sleep", str(READER_DEADLINE_S)],
+            "workingDir": CHECKPOINT_MOUNT,
+            "securityContext": CONTAINER_SECURITY,
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+            "volumeMounts": [{"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT, "readOnly": True}],
+        }],
+        "volumes": [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}],
+    }  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{run_name}-{READER}", "labels": {**labels, COMPONENT_LABEL: READER}},
+        "spec": spec,
+    }
+
+
+def _wait_running(kube: Kube, name: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pod = kube.get("Pod", name)
+        phase = ((pod or {}).get("status") or {}).get("phase")
+        if phase == "Running":
+            return
+        if phase in ("Succeeded", "Failed") or time.monotonic() > deadline:
+            raise WaitTimeout(f"the reader pod {name} is {phase or 'gone'}, not Running, after {int(timeout_s)} s",
+                              hint=f"kubectl describe pod {name} says why")  # fmt: skip
+        time.sleep(0.5)
+
+
+def _wait_gone(kube: Kube, name: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while kube.get("Pod", name) is not None:
+        if time.monotonic() > deadline:
+            raise WaitTimeout(f"an earlier reader pod {name} is still being deleted after {int(timeout_s)} s")
+        time.sleep(0.5)
+
+
+def read_artifacts(kube: Kube, target: ClusterTarget, run_name: str) -> dict[str, Any]:
+    """What the run left on its volume (cw_artifacts.py's document), read in a reader pod.
+
+    Raises:
+        NotFound: No such run.
+        ConfigError: The run kept its outputs on no volume.
+        WaitTimeout: The reader pod did not start.
+    """
+    _, owner, template = trainer_of(kube, run_name)
+    pod = template["spec"]
+    claims = {v["name"]: (v.get("persistentVolumeClaim") or {}).get("claimName") for v in pod.get("volumes") or []}
+    if not claims.get("checkpoints"):
+        raise ConfigError([f"run {run_name!r} kept its outputs on no volume (checkpoint_volume: none): no artifacts"])
+    container = next(c for c in pod["containers"] if c["name"] == "trainer")
+    run_dir = output_dir_of(kube, run_name, container.get("workingDir") or f"{CHECKPOINT_MOUNT}/{run_name}")
+    manifest = reader_pod(run_name, owner, pod, str(claims["checkpoints"]))
+    name = manifest["metadata"]["name"]
+    if kube.delete("Pod", name):  # a reader left by an interrupted cw: gone before its name is reused
+        _wait_gone(kube, name, READER_START_S)
+    kube.create(manifest)
+    try:
+        _wait_running(kube, name, READER_START_S)
+        relative = run_dir.removeprefix(CHECKPOINT_MOUNT + "/")
+        done = exec_in_pod(target, kube.namespace, name, READER, ["python3", "-c", runtime_file(ARTIFACTS_FILE), relative])
+    finally:
+        kube.delete("Pod", name)
+    if done.exit_code != 0:
+        raise CwError(f"listing {run_dir} failed (exit {done.exit_code}): {done.stderr.strip()[-300:]}")
+    try:
+        listing = json.loads(done.stdout)
+    except ValueError:
+        raise CwError(f"the reader pod answered no listing: {done.stdout[:200]!r}") from None
+    listing["run_dir"] = run_dir
+    return dict(listing)

@@ -1,0 +1,58 @@
+"""Facts of a run read off its trainer on the cluster: its pod template and its output folder on
+the checkpoint volume (for `cw export` and `cw artifacts`, which work on what the run left)."""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any
+
+from cw_cli.errors import NotFound
+from cw_cli.frameworks.base import CHECKPOINT_MOUNT
+from cw_cli.k8s.connection import Kube
+from cw_cli.render.jobset import TRAINER
+
+
+def trainer_of(kube: Kube, run_name: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(kind, owner, the trainer's pod spec) of a run.
+
+    Raises:
+        NotFound: No run of that name (or one with servers only).
+    """
+    job = kube.get("Job", f"{run_name}-trainer")
+    if job is not None:
+        return "Job", job, job["spec"]["template"]
+    jobset = kube.get("JobSet", run_name)
+    for replicated in (jobset or {}).get("spec", {}).get("replicatedJobs") or []:
+        if replicated.get("name") == TRAINER:
+            return "JobSet", jobset or {}, replicated["template"]["spec"]["template"]
+    raise NotFound(f"run {run_name!r} has no trainer here: nothing to export", hint="`cw list` shows the runs")
+
+
+def output_dir_of(kube: Kube, run_name: str, working_dir: str) -> str:
+    """The trainer's output folder: the mounted config's ``output_dir`` (relative ones start at the
+    trainer's working folder, the run's folder on the volume), else that working folder."""
+    config_map = kube.get("ConfigMap", f"{run_name}-config")
+    data = (config_map or {}).get("data") or {}
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key == "output_dir" and isinstance(item, str) and item:
+                    found.append(item if item.startswith("/") else f"{working_dir.rstrip('/')}/{item}")
+                walk(item)
+
+    for key, text in data.items():
+        try:
+            if key == "config.yaml":
+                import yaml
+
+                walk(yaml.safe_load(text))
+            elif key == "config.toml":
+                import tomllib
+
+                walk(tomllib.loads(text))
+        except ValueError:
+            continue
+    on_volume = [path for path in found if path.startswith(CHECKPOINT_MOUNT + "/")]
+    return posixpath.normpath(on_volume[0]) if on_volume else working_dir

@@ -1,0 +1,85 @@
+"""cw's artifact lister: what a run left on its checkpoint volume, as one JSON document.
+
+Run by ``cw artifacts`` in a short-lived pod that mounts the volume read-only, from the volume's
+root (the pod's working folder)::
+
+    python3 -c "$(cat cw_artifacts.py)" RUN-DIR
+
+``RUN-DIR`` is the run's output folder relative to the volume's root. Standard library only, no
+cw imports. For each ``checkpoint-N``: its step, size, time, whether it is complete (its
+``trainer_state.json`` reads: the Trainer writes it last) and the metrics logged at that step;
+the final model the Trainer saved in the folder itself; and each ``exported/`` folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_WEIGHTS = re.compile(r"^(model.*\.safetensors|pytorch_model.*\.bin|adapter_model\.(safetensors|bin))$")
+
+
+def _size_and_time(folder: str, recursive: bool = True) -> tuple[int, float, int]:
+    size, newest, count = 0, 0.0, 0
+    for root, folders, names in os.walk(folder):
+        if not recursive:
+            folders.clear()  # the final model: the files beside its checkpoints, not theirs
+        for name in names:
+            try:
+                info = os.stat(os.path.join(root, name))
+            except OSError:
+                continue
+            size, newest, count = size + info.st_size, max(newest, info.st_mtime), count + 1
+    return size, newest, count
+
+
+def _metrics(state: dict, step: int) -> dict:
+    found: dict = {}
+    for entry in state.get("log_history") or []:
+        if isinstance(entry, dict) and entry.get("step") == step:
+            found.update({k: v for k, v in entry.items() if isinstance(v, (int, float)) and k not in ("step", "epoch")})
+    return found
+
+
+def _entry(folder: str, kind: str, step: int | None, complete: bool, metrics: dict) -> dict:
+    size, newest, count = _size_and_time(folder, recursive=kind != "final")
+    adapter = os.path.isfile(os.path.join(folder, "adapter_config.json"))
+    return {"kind": kind, "path": folder, "step": step, "complete": complete, "size": size, "files": count,
+            "modified": newest, "adapter": adapter, "metrics": metrics}  # fmt: skip
+
+
+def list_artifacts(run_dir: str) -> dict:
+    """Everything worth downloading in ``run_dir``."""
+    if not os.path.isdir(run_dir):
+        return {"run_dir": run_dir, "exists": False, "artifacts": []}
+    artifacts: list[dict] = []
+    last_state: dict = {}
+    names = sorted(os.listdir(run_dir), key=lambda n: int(m.group(1)) if (m := _CHECKPOINT.match(n)) else -1)
+    for name in names:
+        match = _CHECKPOINT.match(name)
+        folder = os.path.join(run_dir, name)
+        if not (match and os.path.isdir(folder)):
+            continue
+        try:
+            with open(os.path.join(folder, "trainer_state.json"), encoding="utf-8") as handle:
+                state = json.load(handle)
+            complete = isinstance(state, dict)
+        except (OSError, ValueError):
+            state, complete = {}, False
+        last_state = state or last_state
+        artifacts.append(_entry(folder, "checkpoint", int(match.group(1)), complete, _metrics(state, int(match.group(1)))))
+    if any(_WEIGHTS.match(name) for name in os.listdir(run_dir)):
+        step = last_state.get("global_step") if isinstance(last_state, dict) else None
+        artifacts.append(_entry(run_dir, "final", step, True, _metrics(last_state, step) if step else {}))
+    exported = os.path.join(run_dir, "exported")
+    for name in sorted(os.listdir(exported)) if os.path.isdir(exported) else []:
+        if not name.startswith("."):  # a partial export is not one
+            artifacts.append(_entry(os.path.join(exported, name), "export", None, True, {}))
+    return {"run_dir": run_dir, "exists": True, "artifacts": artifacts}
+
+
+if __name__ == "__main__":
+    print(json.dumps(list_artifacts(sys.argv[1] if len(sys.argv) > 1 else ".")))
