@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from cw_cli import __version__
-from cw_cli.frameworks.base import CONFIG_FILE, BaseTrainingFramework, RunContext, ServiceDef, TrainingType
+from cw_cli.frameworks.base import (
+    CONFIG_FILE,
+    BaseTrainingFramework,
+    DatasetNeed,
+    RunContext,
+    ServiceDef,
+    TrainingType,
+)
 from cw_cli.frameworks.distributed import accelerate_args, total_processes
 from cw_cli.frameworks.plugin import SimplePlugin
 from cw_cli.frameworks.servers import server_sizing
@@ -104,6 +111,50 @@ class AxolotlFramework(BaseTrainingFramework):
                 problems.append(f"`{key}: {value!r}` must be a whole number of GPUs, at least 1")
         return problems
 
+    def dataset_needs(self, native: dict[str, Any], training_type: TrainingType) -> list[DatasetNeed]:
+        # Only the forms Axolotl's code reads for certain (prompt_strategies/chat_template.py and
+        # dpo/chat_template.py `default`); other `type:`s declare nothing.
+        items = native.get("datasets")
+        if not isinstance(items, list):
+            return []
+        method = native.get("rl")
+        needs = []
+        for index, item in enumerate(items):
+            if not isinstance(item, dict) or not isinstance(item.get("path"), str):
+                continue
+            kind = item.get("type")
+            messages = _field(item, "field_messages", "messages")
+            if method is None and kind == "chat_template":
+                accepted = (frozenset({messages}),)
+                description = f"Axolotl's `type: chat_template` reads `{messages}` (`field_messages`)"
+            elif method == "dpo" and kind == "chat_template.default":
+                chosen, rejected = _field(item, "field_chosen", "chosen"), _field(item, "field_rejected", "rejected")
+                accepted = (frozenset({messages, chosen, rejected}),)
+                description = (
+                    f"Axolotl's DPO `type: chat_template.default` reads `{messages}`, `{chosen}` and `{rejected}` "
+                    "(`field_messages`, `field_chosen`, `field_rejected`)"
+                )
+            else:
+                continue
+            files = item.get("data_files")
+            listed = files if isinstance(files, list) else [files]
+            data_files = tuple(f for f in listed if isinstance(f, str))
+            if files is not None and not data_files:
+                continue  # data files cw cannot make out
+            needs.append(
+                DatasetNeed(
+                    key=f"datasets[{index}].path",
+                    reference=item["path"],
+                    accepted=accepted,
+                    description=description,
+                    data_files=data_files,
+                    data_dir=item["data_dir"] if isinstance(item.get("data_dir"), str) else None,
+                    split=item["split"] if isinstance(item.get("split"), str) else "train",
+                    config_name=item["name"] if isinstance(item.get("name"), str) else None,
+                )
+            )
+        return needs
+
     def native_resources(
         self, native: dict[str, Any], training_type: TrainingType, base_dir: Path
     ) -> dict[tuple[str, ...], tuple[int, str]]:
@@ -195,6 +246,12 @@ class AxolotlFramework(BaseTrainingFramework):
         return [server.service(image, ["axolotl", "vllm-serve", CONFIG_FILE], "/health/")]
 
 
+
+
+def _field(item: dict[str, Any], key: str, default: str) -> str:
+    """A dataset item's column name setting, Axolotl's default where unset or not a name."""
+    value = item.get(key)
+    return value if isinstance(value, str) and value else default
 
 
 def _command_for(method: object) -> TrainingType | None:

@@ -87,6 +87,34 @@ class ServiceDef(Struct, frozen=True):
     headless: bool = False
 
 
+class DatasetNeed(Struct, frozen=True):
+    """The columns a training type reads from one dataset the native config names.
+
+    Attributes:
+        key: The config key of the dataset reference, for messages (``dataset_name``,
+            ``datasets[0].path``).
+        reference: Its value: a hub id, a local file or folder, or a builder name (``json``)
+            with ``data_files``.
+        accepted: Column sets, any one of which suffices (``({"messages"}, {"text"})``).
+        description: What reads them, for messages (``trl sft reads ...``).
+        data_files: ``data_files`` patterns (relative to the config or the hub repository).
+        data_dir: ``data_dir``: a folder inside the dataset.
+        split: The split trained on.
+        config_name: The dataset's configuration (``name`` / ``dataset_config``).
+        columns: Columns the framework keeps (``columns``), or None for all.
+    """
+
+    key: str
+    reference: str
+    accepted: tuple[frozenset[str], ...]
+    description: str
+    data_files: tuple[str, ...] = ()
+    data_dir: str | None = None
+    split: str = "train"
+    config_name: str | None = None
+    columns: tuple[str, ...] | None = None
+
+
 class ResourceDefaults(Struct, frozen=True):
     """Default resources of the trainer for a framework."""
 
@@ -215,6 +243,19 @@ class BaseTrainingFramework(ABC):
             an error.
         """
         return {}
+
+    def dataset_needs(self, native: dict[str, Any], training_type: TrainingType) -> list[DatasetNeed]:
+        """The columns the training type reads from each dataset the config names.
+
+        cw checks them before launch where it can read the data here (a local file, the local
+        Hugging Face cache). The default declares nothing, so a plugin is never refused for data
+        it did not describe; declare only forms the framework is known to refuse.
+
+        Args:
+            native: The native config as the user wrote it (defaults merged).
+            training_type: The training method.
+        """
+        return []
 
     def secrets_needed(self, native: dict[str, Any]) -> dict[str, str]:
         """Environment variables the config needs from a Secret (name -> the setting that needs it)."""

@@ -64,6 +64,7 @@ from cw_cli.labels import (
     WANDB_URL_ANNOTATION,
     object_names,
 )
+from cw_cli.render.dataset_check import check_datasets
 from cw_cli.render.jobset import GROUP_VERSION_PATH as JOBSET_API
 from cw_cli.render.jobset import gang, trainer_address
 from cw_cli.render.keeper import (
@@ -535,6 +536,10 @@ def _framework_output(request: RunRequest, context: RunContext) -> _FrameworkOut
     try:
         native, moved = place_outputs(request.config.native, framework.output_keys, context.output_dir)
         native, referenced, shipped_notes = ship_referenced(native, framework.file_keys, path.parent, in_place=request.local)
+        # The data's columns against what the type reads; a script of the user's reads it its own way.
+        own_reader = request.services_only or cluster.script is not None
+        needs = [] if own_reader else framework.dataset_needs(request.config.native, request.training_type)
+        data_notes = check_datasets(needs, path.parent)
         prepared = framework.prepare_config(native, context)
         script_command, prepared = _own_script(framework, prepared, context)
         config_text = framework.serialize_config(prepared)
@@ -562,7 +567,7 @@ def _framework_output(request: RunRequest, context: RunContext) -> _FrameworkOut
         *(text_file(key, text) for key, text in framework_files.items()),
         *referenced,
     ]
-    notices = [*moved, *shipped_notes, *module_notes, *code_notes]
+    notices = [*moved, *shipped_notes, *data_notes, *module_notes, *code_notes]
     return _FrameworkOutput(prepared, config_text, files, services, requirements, notices, script_command)
 
 
