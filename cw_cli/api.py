@@ -592,6 +592,33 @@ class Run(Struct):
                                kubeconfig=self.session.kubeconfig)  # fmt: skip
         return read_artifacts(self.session.kube, target, self.name)
 
+    def download(
+        self, dest: str | Path, *, checkpoint: str = "final", started: Callable[[int, int], None] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Copy the final model, a checkpoint or an export of the run to ``dest`` on this machine,
+        through the API server; verified file by file, and going on where an interrupted call stopped.
+
+        Args:
+            dest: A new or empty folder (or one an earlier call of the same download started).
+            checkpoint: ``final``, ``latest`` (the newest complete checkpoint), a step number or
+                ``export:NAME`` (a folder of ``RUN/exported``).
+            started: Called with the total bytes and those already there.
+            progress: Called with each chunk's size as it is written.
+
+        Raises:
+            NotFound: No such run, or its volume is gone.
+            ConfigError: Nothing of that name, or a checkpoint still being written.
+            Conflict: ``dest`` holds other files.
+        """
+        from cw_cli.k8s.connection import ClusterTarget
+        from cw_cli.k8s.download import download
+
+        target = ClusterTarget(context=self.session.context, namespace=self.session.namespace,
+                               kubeconfig=self.session.kubeconfig)  # fmt: skip
+        return download(self.session.kube, target, self.name, str(checkpoint), Path(dest).expanduser(),
+                        started or (lambda total, have: None), progress or (lambda size: None))  # fmt: skip
+
     def export(
         self, *, checkpoint: str = "final", merge: bool = False, push_to_hub: str | None = None, private: bool = False,
         overwrite: bool = False, gpu: int = 0, cpu: str = "8", memory: str = "64Gi",

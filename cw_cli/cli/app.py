@@ -47,6 +47,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cw_cli.cli.artifacts:artifacts_command",
         "List a run's checkpoints, final model and exports on its volume (step, size, time, metrics).",
     ),
+    "download": (
+        "cw_cli.cli.download:download_command",
+        "Copy a run's model, checkpoint or export to this machine, verified; run again to go on after a stop.",
+    ),
     "export": (
         "cw_cli.cli.export:export_command",
         "Export a run's model to RUN/exported/ on its checkpoint volume (merged, or pushed to the Hub).",

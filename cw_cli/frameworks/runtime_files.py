@@ -20,6 +20,7 @@ WAIT_FILE = "cw_wait.py"  # the trainer's init containers: wait until a server a
 CODE_FILE = "cw_code.py"  # unpacks or clones the run's own code (`code:`) before the command
 EXPORT_FILE = "cw_export.py"  # `cw export`: a checkpoint turned into a model ready to use
 ARTIFACTS_FILE = "cw_artifacts.py"  # `cw artifacts`: what a run left on its volume, as JSON
+FETCH_FILE = "cw_fetch.py"  # `cw download`: a folder's files with their hashes, a file from an offset
 _SOURCES = {
     KEEPER_FILE: "cw_keeper.py",
     REWARD_SERVER_FILE: "reward_server.py",
@@ -30,6 +31,7 @@ _SOURCES = {
     CODE_FILE: "cw_code.py",
     EXPORT_FILE: "cw_export.py",
     ARTIFACTS_FILE: "cw_artifacts.py",
+    FETCH_FILE: "cw_fetch.py",
 }
 
 REWARD_FUNCTION = "cw_reward.remote_reward"

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from cw_cli.errors import ConfigError, CwError, WaitTimeout
+from msgspec import Struct
+
+from cw_cli.errors import ConfigError, CwError, NotFound, WaitTimeout
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.frameworks.runtime_files import ARTIFACTS_FILE, runtime_file
 from cw_cli.k8s.connection import ClusterTarget, Kube
-from cw_cli.k8s.pod_exec import exec_in_pod
+from cw_cli.k8s.pod_exec import ExecResult, exec_in_pod
 from cw_cli.k8s.run_facts import output_dir_of, trainer_of
 from cw_cli.labels import COMPONENT_LABEL, READER
 from cw_cli.render.plan import CONTAINER_SECURITY, POD_SECURITY
@@ -78,32 +82,70 @@ def _wait_gone(kube: Kube, name: str, timeout_s: float) -> None:
         time.sleep(0.5)
 
 
-def read_artifacts(kube: Kube, target: ClusterTarget, run_name: str) -> dict[str, Any]:
-    """What the run left on its volume (cw_artifacts.py's document), read in a reader pod.
+class Reader(Struct):
+    """A running reader pod of a run: its output folder, and commands run in it from the volume's root."""
+
+    kube: Kube
+    target: ClusterTarget
+    pod: str
+    run_dir: str
+
+    @property
+    def relative_run_dir(self) -> str:
+        """The run's output folder from the volume's root (the pod's working folder)."""
+        return self.run_dir.removeprefix(CHECKPOINT_MOUNT + "/")
+
+    def python(self, script_key: str, *args: str, timeout_s: float = 3600,
+               sink: Callable[[bytes], None] | None = None) -> ExecResult:  # fmt: skip
+        """Run one of cw's pod-side scripts (by its runtime key) with ``args``."""
+        command = ["python3", "-c", runtime_file(script_key), *args]
+        return exec_in_pod(self.target, self.kube.namespace, self.pod, READER, command, timeout_s, sink)
+
+
+@contextmanager
+def reader(kube: Kube, target: ClusterTarget, run_name: str) -> Iterator[Reader]:
+    """A reader pod of the run for the duration; deleted on the way out, whatever happens.
 
     Raises:
-        NotFound: No such run.
+        NotFound: No such run, or its volume is gone.
         ConfigError: The run kept its outputs on no volume.
         WaitTimeout: The reader pod did not start.
     """
     _, owner, template = trainer_of(kube, run_name)
     pod = template["spec"]
     claims = {v["name"]: (v.get("persistentVolumeClaim") or {}).get("claimName") for v in pod.get("volumes") or []}
-    if not claims.get("checkpoints"):
-        raise ConfigError([f"run {run_name!r} kept its outputs on no volume (checkpoint_volume: none): no artifacts"])
+    claim = claims.get("checkpoints")
+    if not claim:
+        raise ConfigError([f"run {run_name!r} kept its outputs on no volume (checkpoint_volume: none): nothing there"])
+    volume = kube.get("PersistentVolumeClaim", claim)
+    if volume is None or volume["metadata"].get("deletionTimestamp"):
+        state = "is gone" if volume is None else "is being deleted"
+        raise NotFound(f"run {run_name!r}'s checkpoint volume {claim} {state}: its outputs go with it")
     container = next(c for c in pod["containers"] if c["name"] == "trainer")
     run_dir = output_dir_of(kube, run_name, container.get("workingDir") or f"{CHECKPOINT_MOUNT}/{run_name}")
-    manifest = reader_pod(run_name, owner, pod, str(claims["checkpoints"]))
+    manifest = reader_pod(run_name, owner, pod, str(claim))
     name = manifest["metadata"]["name"]
     if kube.delete("Pod", name):  # a reader left by an interrupted cw: gone before its name is reused
         _wait_gone(kube, name, READER_START_S)
     kube.create(manifest)
     try:
         _wait_running(kube, name, READER_START_S)
-        relative = run_dir.removeprefix(CHECKPOINT_MOUNT + "/")
-        done = exec_in_pod(target, kube.namespace, name, READER, ["python3", "-c", runtime_file(ARTIFACTS_FILE), relative])
+        yield Reader(kube, target, name, run_dir)
     finally:
         kube.delete("Pod", name)
+
+
+def read_artifacts(kube: Kube, target: ClusterTarget, run_name: str) -> dict[str, Any]:
+    """What the run left on its volume (cw_artifacts.py's document), read in a reader pod.
+
+    Raises:
+        NotFound: No such run, or its volume is gone.
+        ConfigError: The run kept its outputs on no volume.
+        WaitTimeout: The reader pod did not start.
+    """
+    with reader(kube, target, run_name) as pod:
+        done = pod.python(ARTIFACTS_FILE, pod.relative_run_dir, timeout_s=600)
+        run_dir = pod.run_dir
     if done.exit_code != 0:
         raise CwError(f"listing {run_dir} failed (exit {done.exit_code}): {done.stderr.strip()[-300:]}")
     try:

@@ -5,6 +5,7 @@ does this well."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from msgspec import Struct
@@ -24,9 +25,14 @@ class ExecResult(Struct, frozen=True):
 
 
 def exec_in_pod(
-    target: ClusterTarget, namespace: str, pod: str, container: str, command: list[str], timeout_s: float = 300
-) -> ExecResult:
-    """Run ``command`` in a container and collect its output (bytes: it may be an archive).
+    target: ClusterTarget, namespace: str, pod: str, container: str, command: list[str], timeout_s: float = 300,
+    sink: Callable[[bytes], None] | None = None,
+) -> ExecResult:  # fmt: skip
+    """Run ``command`` in a container and collect its output (bytes: it may be a file's).
+
+    Args:
+        sink: Given, stdout goes to it chunk by chunk as it arrives (a file of tens of GB is
+            never held in memory) and the result's ``stdout`` is empty.
 
     Raises:
         ClusterUnreachable: The kubeconfig cannot be used or the API server refuses the stream.
@@ -47,15 +53,16 @@ def exec_in_pod(
     except Exception as exc:  # noqa: BLE001 - the client raises many kinds; all mean "no stream"
         raise ClusterUnreachable(f"cannot exec in pod {pod}: {str(exc).strip()[:300]}") from None
     out, err = bytearray(), bytearray()
+    write = sink or out.extend
     deadline = time.monotonic() + timeout_s
     try:
         while response.is_open():
             response.update(timeout=1)
-            out += response.read_stdout() or b""
+            write(response.read_stdout() or b"")
             err += response.read_stderr() or b""
             if time.monotonic() > deadline:
                 raise WaitTimeout(f"`{' '.join(command[:2])}` in pod {pod} still running after {int(timeout_s)} s")
-        out += response.read_stdout() or b""
+        write(response.read_stdout() or b"")
         err += response.read_stderr() or b""
         code = response.returncode
     finally:

@@ -93,11 +93,12 @@ def parse_record(text: str) -> dict[str, float] | None:
         Metric name -> value, non-numeric entries dropped; None when the segment has no dict
         literal, the dict has no numeric value, or it has none of :data:`MARKER_KEYS`.
     """
-    start = text.find("{'")
-    if start < 0:
-        start = text.find('{"')
-        if start < 0:
-            return None
+    # The dict starts at the first brace that opens a quoted key of either kind: a key may hold
+    # the other kind's opening ("{'" inside a double-quoted key), which is no start.
+    starts = [at for at in (text.find("{'"), text.find('{"')) if at >= 0]
+    if not starts:
+        return None
+    start = min(starts)
     end = text.rfind("}")
     if end < start or end - start > MAX_RECORD_CHARS:
         return None

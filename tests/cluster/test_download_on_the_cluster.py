@@ -1,0 +1,72 @@
+"""`cw download RUN DEST` through the real API server (kwok routes the reader pod's exec to a local
+process whose folder stands in for the volume): files arrive whole and verified, an interrupted
+download goes on where it stopped, a corrupt local file is fetched again, a checkpoint still
+being written and a destination holding other files are refused, a deleted volume is named."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from kubernetes import client
+from test_artifacts_on_the_cluster import KEPT, _route_exec, _volume
+from test_cw_end_to_end import create_bound_volumes, run_cw, write_config
+
+
+def _launch(api: client.ApiClient, namespace: str, env: dict[str, str], tmp_path: Path) -> Path:
+    create_bound_volumes(api, namespace, "ckpts")
+    launched = run_cw(env, "trl", "sft", str(write_config(tmp_path, KEPT)), "--name", "arts", "-n", namespace, "--wait",
+                      timeout=180)  # fmt: skip
+    assert launched.returncode == 0, launched.stderr
+    _volume(tmp_path / "volume")
+    big = tmp_path / "volume" / "arts" / "outputs" / "sft" / "checkpoint-20" / "big.bin"
+    big.write_bytes(os.urandom(3 * 2**20 + 17))  # several exec chunks
+    _route_exec(api, namespace, "arts-reader", tmp_path / "volume")
+    return big
+
+
+def test_a_checkpoint_arrives_verified_and_an_interrupted_download_goes_on(kube_api, namespace, cw_env, tmp_path):
+    big = _launch(kube_api, namespace, cw_env, tmp_path)
+    dest = tmp_path / "here"
+    done = run_cw(cw_env, "download", "arts", str(dest), "--checkpoint", "latest", "-n", namespace, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert (dest / "big.bin").read_bytes() == big.read_bytes()
+    assert {p.name for p in dest.iterdir()} == {"big.bin", "model.safetensors", "trainer_state.json", ".cw-download.json"}
+    assert "verified (SHA-256)" in done.stderr
+
+    # Interrupted: half of big.bin arrived, model.safetensors is corrupt. The same call mends both.
+    (dest / "big.bin").unlink()
+    (dest / "big.bin.partial").write_bytes(big.read_bytes()[: 2**20])
+    (dest / "model.safetensors").write_bytes(b"\1" * 1000)
+    again = run_cw(cw_env, "download", "arts", str(dest), "--checkpoint", "latest", "-n", namespace, timeout=180)
+    assert again.returncode == 0, again.stderr
+    assert "already there" in again.stderr
+    for name in ("big.bin", "model.safetensors"):
+        local, remote = dest / name, tmp_path / "volume" / "arts" / "outputs" / "sft" / "checkpoint-20" / name
+        assert hashlib.sha256(local.read_bytes()).digest() == hashlib.sha256(remote.read_bytes()).digest()
+    assert not list(dest.glob("*.partial"))
+
+
+def test_what_cannot_be_downloaded_is_refused_and_writes_nothing(kube_api, namespace, cw_env, tmp_path):
+    _launch(kube_api, namespace, cw_env, tmp_path)
+    other = tmp_path / "taken"
+    other.mkdir()
+    (other / "mine.txt").write_text("keep")
+    cases = [
+        (["arts", str(tmp_path / "a"), "--checkpoint", "30"], 2, "is being written"),
+        (["arts", str(tmp_path / "b"), "--checkpoint", "99"], 2, "has no 99 to download; there: checkpoint 10, checkpoint 20, final, export:final-merged"),
+        (["arts", str(other)], 5, "holds other files"),
+        (["nosuch", str(tmp_path / "c")], 4, "has no trainer here"),
+    ]  # fmt: skip
+    for args, code, message in cases:
+        result = run_cw(cw_env, "download", *args, "-n", namespace, timeout=180)
+        assert result.returncode == code and message in result.stderr, (args, result.stderr)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and (other / "mine.txt").read_text() == "keep"
+    export = run_cw(cw_env, "download", "arts", str(tmp_path / "d"), "--checkpoint", "export:final-merged", "-n", namespace,
+                    timeout=180)  # fmt: skip
+    assert export.returncode == 0 and (tmp_path / "d" / "model.safetensors").stat().st_size == 3000
+
+    client.CoreV1Api(kube_api).delete_namespaced_persistent_volume_claim("ckpts", namespace)
+    gone = run_cw(cw_env, "download", "arts", str(tmp_path / "e"), "-n", namespace, timeout=180)
+    assert gone.returncode == 4 and "checkpoint volume ckpts is being deleted" in gone.stderr, gone.stderr

@@ -1,0 +1,49 @@
+"""What `cw download` takes from a run's listing, and the folders it will write into."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cw_cli.errors import ConfigError, Conflict
+from cw_cli.k8s.download import MARKER, _claim_destination, choose_source
+
+LISTING = {"artifacts": [
+    {"kind": "checkpoint", "step": 10, "complete": True, "path": "/checkpoints/r/checkpoint-10"},
+    {"kind": "checkpoint", "step": 20, "complete": False, "path": "/checkpoints/r/checkpoint-20"},
+    {"kind": "final", "step": 10, "complete": True, "path": "/checkpoints/r"},
+    {"kind": "export", "step": None, "complete": True, "path": "/checkpoints/r/exported/final-merged"},
+]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "which,folder",
+    [("final", "r"), ("latest", "r/checkpoint-10"), ("10", "r/checkpoint-10"), ("export:final-merged", "r/exported/final-merged")],
+)
+def test_each_choice_names_its_folder(which, folder):
+    assert choose_source(LISTING, which).folder == folder
+
+
+@pytest.mark.parametrize(
+    "which,message",
+    [("20", "is being written"), ("30", "has no 30 to download; there: checkpoint 10, final, export:final-merged"),
+     ("export:nope", "has no export:nope"), ("../x", "expected final, latest, a step number or export:NAME")],
+)  # fmt: skip
+def test_what_is_not_there_or_not_whole_is_refused(which, message):
+    with pytest.raises(ConfigError) as caught:
+        choose_source(LISTING, which)
+    assert message in caught.value.issues[0]
+
+
+def test_only_an_earlier_download_of_the_same_source_is_written_into(tmp_path):
+    origin = {"run": "r", "namespace": "n", "source": "r"}
+    _claim_destination(tmp_path / "new", origin)
+    assert json.loads((tmp_path / "new" / MARKER).read_text()) == origin
+    _claim_destination(tmp_path / "new", origin)  # the same download again: goes on
+    with pytest.raises(Conflict, match="holds a download of r"):
+        _claim_destination(tmp_path / "new", {**origin, "source": "r/checkpoint-10"})
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x").write_text("x")
+    with pytest.raises(Conflict, match="holds other files"):
+        _claim_destination(tmp_path / "other", origin)
