@@ -9,11 +9,8 @@ ship is refused with the ways round it: a git repository or the image.
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
 import stat
-import tarfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -96,6 +93,10 @@ def pack_folder(folder: Path) -> bytes:
     Raises:
         ValueError: The folder is missing, not a folder, or too large to ship.
     """
+    import gzip  # only for a run with a code folder: a dry run of any other imports none of these
+    import io
+    import tarfile
+
     if not folder.is_dir():
         raise ValueError(f"`code`: {folder} is not a folder (paths are relative to the config file)")
     resolved = os.path.realpath(folder)
