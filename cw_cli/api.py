@@ -619,6 +619,48 @@ class Run(Struct):
         return download(self.session.kube, target, self.name, str(checkpoint), Path(dest).expanduser(),
                         started or (lambda total, have: None), progress or (lambda size: None))  # fmt: skip
 
+    def serve(self, *, checkpoint: str = "final", ttl: str = "2h", gpu: int = 1) -> str:
+        """Start a vLLM server on the run's model (``checkpoint`` as for :meth:`download`) that the
+        kubelet ends after ``ttl``; returns the server pod's name (its Service has the same).
+
+        Raises:
+            NotFound: No such run, or its volume is gone.
+            ConfigError: No such model, a bad ``ttl`` or ``gpu``.
+            Conflict: The run's server is up already.
+        """
+        from cw_cli.config.quantity import parse_duration
+        from cw_cli.k8s.serving import start_server
+
+        if not 0 <= gpu <= 64:
+            raise ConfigError([f"--gpu {gpu}: expected 0 to 64"])
+        return start_server(self.session.kube, self._target(), self.name, str(checkpoint), parse_duration(ttl, "--ttl"), gpu)
+
+    def try_(self, question: str, *, checkpoint: str = "final", gpu: int = 1, max_tokens: int = 256,
+             timeout: float = 900, progress: Progress = _quiet) -> str:  # fmt: skip
+        """Ask the run's model one question through its chat template: a server is started on it,
+        asked through a port-forward of the API server, and stopped, whatever happens.
+
+        Returns:
+            The model's answer.
+        """
+        from cw_cli.k8s.serving import ask, stop_server, wait_ready
+
+        if not question.strip():
+            raise ConfigError(["the question is empty"], hint='cw try RUN "What is 2 + 2?"')
+        name = self.serve(checkpoint=checkpoint, ttl=f"{int(timeout) + 600}s", gpu=gpu)
+        try:
+            progress(f"server {name} started; waiting until it is Ready")
+            wait_ready(self.session.kube, name, timeout)
+            return ask(self._target(), self.session.namespace, name, self.name, question, max_tokens)
+        finally:
+            stop_server(self.session.kube, name)
+
+    def _target(self) -> Any:
+        from cw_cli.k8s.connection import ClusterTarget
+
+        return ClusterTarget(context=self.session.context, namespace=self.session.namespace,
+                             kubeconfig=self.session.kubeconfig)  # fmt: skip
+
     def export(
         self, *, checkpoint: str = "final", merge: bool = False, push_to_hub: str | None = None, private: bool = False,
         overwrite: bool = False, gpu: int = 0, cpu: str = "8", memory: str = "64Gi",

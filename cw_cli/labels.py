@@ -46,7 +46,10 @@ ROLES = (TRAINER, *SERVER_ROLES)
 EXPORT = "export"
 #: `cw artifacts`' short-lived pod that reads the run's volume.
 READER = "reader"
-LOG_ROLES = (*ROLES, EXPORT)
+#: `cw serve` / `cw try`: a vLLM server on the run's model, with a lifetime.
+SERVE = "serve"
+#: Roles `cw logs --role` reads.
+LOG_ROLES = (*ROLES, EXPORT, SERVE)
 
 
 #: Suffix of each object of a run after the run's name (`<run>-config`, `<run>-trainer`, ...).

@@ -51,6 +51,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cw_cli.cli.download:download_command",
         "Copy a run's model, checkpoint or export to this machine, verified; run again to go on after a stop.",
     ),
+    "serve": (
+        "cw_cli.cli.serve:serve_command",
+        "Serve a run's model with vLLM for a while, reachable through the API server.",
+    ),
+    "try": (
+        "cw_cli.cli.serve:try_command",
+        "Ask a run's model one question (a vLLM server is started on it, asked and stopped).",
+    ),
     "export": (
         "cw_cli.cli.export:export_command",
         "Export a run's model to RUN/exported/ on its checkpoint volume (merged, or pushed to the Hub).",

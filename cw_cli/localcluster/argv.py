@@ -155,7 +155,7 @@ def kwok_args(state: Path, pki: Pki, ports: Mapping[str, int]) -> list[str]:
         f"--tls-private-key-file={pki.kwok_serving.key}",
         "--node-lease-duration-seconds=40",
         f"--cidr={POD_CIDR}",
-        "--enable-crds=Logs,Exec",  # tests route a pod's logs and exec to local files and processes
+        "--enable-crds=Logs,Exec,PortForward",  # tests route logs, exec and port-forward to local files and processes
     ]
 
 

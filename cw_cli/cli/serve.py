@@ -1,0 +1,59 @@
+"""`cw serve RUN` and `cw try RUN "question"`: the run's model answering, on the cluster."""
+
+from __future__ import annotations
+
+import click
+
+from cw_cli.cli.errors import handle_errors
+from cw_cli.cli.options import context_option, namespace_option, run_argument
+from cw_cli.cli.plain import printable, say
+
+_CHECKPOINT_HELP = "final, latest, a step number, or export:NAME (e.g. export:final-merged)."
+
+
+@click.command("serve")
+@run_argument()
+@click.option("--checkpoint", default="final", show_default=True, help=_CHECKPOINT_HELP)
+@click.option("--ttl", default="2h", show_default=True, help="How long the server lives (the kubelet ends it then).")
+@click.option("--gpu", type=int, default=1, show_default=True, help="GPUs of the server.")
+@namespace_option
+@context_option
+@handle_errors
+def serve_command(run: str, checkpoint: str, ttl: str, gpu: int, namespace: str | None, context: str | None) -> None:
+    """Serve a run's model with vLLM for a while, reachable through the API server."""
+    from cw_cli import api
+    from cw_cli.cli.runs import check_run_argument
+
+    check_run_argument(run)
+    session = api.Session(context=context, namespace=namespace)
+    name = session.run(run).serve(checkpoint=checkpoint, ttl=ttl, gpu=gpu)
+    say(f"server {click.style(name, bold=True)} starting (ends after {printable(ttl)}; sooner: kubectl delete pod {name})")
+    say(f"reach it: kubectl port-forward -n {session.namespace} svc/{name} 8000:8000, then "
+        f"POST http://localhost:8000/v1/chat/completions with model {run!r}")  # fmt: skip
+
+
+@click.command("try")
+@run_argument()
+@click.argument("question")
+@click.option("--checkpoint", default="final", show_default=True, help=_CHECKPOINT_HELP)
+@click.option("--gpu", type=int, default=1, show_default=True, help="GPUs of the server.")
+@click.option("--max-tokens", type=click.IntRange(1, 32768), default=256, show_default=True, help="Longest answer.")
+@click.option("--timeout", type=click.FloatRange(1, 86400), default=900, show_default=True,
+              help="Seconds to wait for the server to be Ready.")
+@namespace_option
+@context_option
+@handle_errors
+def try_command(
+    run: str, question: str, checkpoint: str, gpu: int, max_tokens: int, timeout: float, namespace: str | None,
+    context: str | None,
+) -> None:  # fmt: skip
+    """Ask a run's model one question (a vLLM server is started on it, asked and stopped)."""
+    from cw_cli import api
+    from cw_cli.cli.runs import check_run_argument
+
+    check_run_argument(run)
+    answer = api.Session(context=context, namespace=namespace).run(run).try_(
+        question, checkpoint=checkpoint, gpu=gpu, max_tokens=max_tokens, timeout=timeout,
+        progress=lambda line: say(printable(line)),
+    )  # fmt: skip
+    click.echo(printable(answer, lines=True))

@@ -1,0 +1,94 @@
+"""`cw try RUN "question"` and `cw serve RUN` against the real API server: the server pod serves the
+run's model read-only from its volume and is ended by the kubelet at its lifetime; `try` reaches
+it through the API server's port-forward (kwok routes it to a small local OpenAI-compatible
+server standing in for vLLM), sends the question through the chat endpoint, prints the answer
+and removes the server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from kubernetes import client
+from test_artifacts_on_the_cluster import _route_exec, _volume
+from test_cw_end_to_end import SFT_CONFIG, create_bound_volumes, run_cw, write_config
+
+KEPT = {**SFT_CONFIG, "checkpoint_volume": "ckpts", "output_dir": "outputs/sft", "gpu": 1}
+
+
+class _ChatServer(BaseHTTPRequestHandler):
+    asked: list[dict] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.send_response(200)
+        self.end_headers()
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).asked.append({"path": self.path, **body})
+        answer = json.dumps({"choices": [{"message": {"role": "assistant", "content": "four, said the model"}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def chat_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ChatServer)
+    _ChatServer.asked = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+
+
+def _launch(api: client.ApiClient, namespace: str, env: dict[str, str], tmp_path) -> None:
+    create_bound_volumes(api, namespace, "ckpts")
+    launched = run_cw(env, "trl", "sft", str(write_config(tmp_path, KEPT)), "--name", "arts", "-n", namespace, "--wait",
+                      timeout=180)  # fmt: skip
+    assert launched.returncode == 0, launched.stderr
+    _volume(tmp_path / "volume")
+    _route_exec(api, namespace, "arts-reader", tmp_path / "volume")
+
+
+def test_try_asks_the_runs_model_through_a_port_forward_and_removes_the_server(kube_api, namespace, cw_env, tmp_path,
+                                                                               chat_server):  # fmt: skip
+    _launch(kube_api, namespace, cw_env, tmp_path)
+    client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
+        "kwok.x-k8s.io", "v1alpha1", namespace, "portforwards",
+        {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "PortForward", "metadata": {"name": "arts-serve"},
+         "spec": {"forwards": [{"ports": [8000], "target": {"port": chat_server.server_address[1], "address": "127.0.0.1"}}]}},
+    )  # fmt: skip
+    result = run_cw(cw_env, "try", "arts", "what is two plus two?", "--checkpoint", "export:final-merged", "--gpu", "0",
+                    "--timeout", "120", "-n", namespace, timeout=240)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "four, said the model"
+    assert _ChatServer.asked == [{"path": "/v1/chat/completions", "model": "arts", "max_tokens": 256,
+                                  "messages": [{"role": "user", "content": "what is two plus two?"}]}]  # fmt: skip
+    core = client.CoreV1Api(kube_api)
+    assert core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=serve").items == [] or all(
+        p.metadata.deletion_timestamp for p in core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=serve").items)
+
+
+def test_serve_starts_a_server_that_ends_at_its_lifetime(kube_api, namespace, cw_env, tmp_path):
+    _launch(kube_api, namespace, cw_env, tmp_path)
+    started = run_cw(cw_env, "serve", "arts", "--ttl", "2h", "--gpu", "0", "-n", namespace, timeout=180)
+    assert started.returncode == 0, started.stderr
+    assert f"kubectl port-forward -n {namespace} svc/arts-serve 8000:8000" in started.stderr
+    core = client.CoreV1Api(kube_api)
+    pod = core.read_namespaced_pod("arts-serve", namespace)
+    assert pod.spec.active_deadline_seconds == 7200
+    assert pod.spec.containers[0].command[:3] == ["vllm", "serve", "/checkpoints/arts/outputs/sft"]
+    volume = pod.spec.volumes[0].persistent_volume_claim
+    assert volume.claim_name == "ckpts" and volume.read_only is True
+    service = core.read_namespaced_service("arts-serve", namespace)
+    assert service.metadata.owner_references[0].name == "arts-serve"
+    again = run_cw(cw_env, "serve", "arts", "-n", namespace, timeout=180)
+    assert again.returncode == 5 and "has a server already" in again.stderr
+    assert run_cw(cw_env, "serve", "arts", "--checkpoint", "77", "-n", namespace, timeout=180).returncode == 2
