@@ -20,7 +20,7 @@ from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.frameworks.runtime_files import ARTIFACTS_FILE, runtime_file
 from cw_cli.k8s.connection import ClusterTarget, Kube
 from cw_cli.k8s.pod_exec import ExecResult, exec_in_pod
-from cw_cli.k8s.run_facts import output_dir_of, trainer_of
+from cw_cli.k8s.run_facts import claims_of, output_dir_of, trainer_of
 from cw_cli.labels import COMPONENT_LABEL, READER
 from cw_cli.render.plan import CONTAINER_SECURITY, POD_SECURITY
 
@@ -113,7 +113,7 @@ def reader(kube: Kube, target: ClusterTarget, run_name: str) -> Iterator[Reader]
     """
     _, owner, template = trainer_of(kube, run_name)
     pod = template["spec"]
-    claims = {v["name"]: (v.get("persistentVolumeClaim") or {}).get("claimName") for v in pod.get("volumes") or []}
+    claims = claims_of(pod)
     claim = claims.get("checkpoints")
     if not claim:
         raise ConfigError([f"run {run_name!r} kept its outputs on no volume (checkpoint_volume: none): nothing there"])

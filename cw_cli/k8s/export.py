@@ -8,7 +8,7 @@ from cw_cli.errors import ConfigError, Conflict
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.inspect import state_of
-from cw_cli.k8s.run_facts import output_dir_of, trainer_of
+from cw_cli.k8s.run_facts import claims_of, output_dir_of, trainer_of
 from cw_cli.render.export import EXPORT_TTL_HOURS, ExportChoice, ExportFacts, export_manifests, export_name
 from cw_cli.render.jobset import TRAINER
 
@@ -26,7 +26,7 @@ def export_facts(kube: Kube, run_name: str, choice: ExportChoice) -> ExportFacts
     kind, owner, template = trainer_of(kube, run_name)
     pod = template["spec"]
     container = next(c for c in pod["containers"] if c["name"] == TRAINER)
-    claims = {v["name"]: (v.get("persistentVolumeClaim") or {}).get("claimName") for v in pod.get("volumes") or []}
+    claims = claims_of(pod)
     if not claims.get("checkpoints"):
         raise ConfigError([f"run {run_name!r} kept its outputs on no volume (checkpoint_volume: none): nothing to export"],
                           hint="launch with a checkpoint_volume to keep them")  # fmt: skip

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
@@ -24,6 +24,20 @@ class ExecResult(Struct, frozen=True):
     exit_code: int
 
 
+def official_client(target: ClusterTarget) -> Any:
+    """The official client's ApiClient for ``target`` (its websocket streams: exec, port-forward).
+
+    Raises:
+        Exception: Whatever the client's kubeconfig loader raises; callers turn it into a cw error.
+    """
+    import os
+
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=target.kubeconfig or os.environ.get("KUBECONFIG"),
+                                         context=target.context)  # fmt: skip
+
+
 def exec_in_pod(
     target: ClusterTarget, namespace: str, pod: str, container: str, command: list[str], timeout_s: float = 300,
     sink: Callable[[bytes], None] | None = None,
@@ -38,14 +52,11 @@ def exec_in_pod(
         ClusterUnreachable: The kubeconfig cannot be used or the API server refuses the stream.
         WaitTimeout: The command ran past ``timeout_s``.
     """
-    import os
-
-    from kubernetes import client, config
+    from kubernetes import client
     from kubernetes.stream import stream
 
     try:
-        api = config.new_client_from_config(config_file=target.kubeconfig or os.environ.get("KUBECONFIG"),
-                                            context=target.context)  # fmt: skip
+        api = official_client(target)
         response = stream(
             client.CoreV1Api(api).connect_get_namespaced_pod_exec, pod, namespace, command=command,
             container=container, stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False, binary=True,

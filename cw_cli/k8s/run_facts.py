@@ -56,3 +56,8 @@ def output_dir_of(kube: Kube, run_name: str, working_dir: str) -> str:
             continue
     on_volume = [path for path in found if path.startswith(CHECKPOINT_MOUNT + "/")]
     return posixpath.normpath(on_volume[0]) if on_volume else working_dir
+
+
+def claims_of(pod: dict[str, Any]) -> dict[str, str | None]:
+    """The PersistentVolumeClaim of each volume of a pod spec, by volume name (None: not a claim)."""
+    return {v["name"]: (v.get("persistentVolumeClaim") or {}).get("claimName") for v in pod.get("volumes") or []}

@@ -16,7 +16,7 @@ from typing import Any
 from cw_cli.errors import ClusterUnreachable, CwError, WaitTimeout
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.k8s.connection import ClusterTarget, Kube
-from cw_cli.k8s.run_facts import trainer_of
+from cw_cli.k8s.run_facts import claims_of, trainer_of
 from cw_cli.labels import COMPONENT_LABEL, GPU_RESOURCE, RUN_LABEL, SERVE
 from cw_cli.render.plan import CONTAINER_SECURITY, POD_SECURITY
 
@@ -89,7 +89,7 @@ def start_server(kube: Kube, target: ClusterTarget, run_name: str, which: str, l
     model = model_path(listing, which)
     _, owner, template = trainer_of(kube, run_name)
     pod = template["spec"]
-    claims = {v["name"]: (v.get("persistentVolumeClaim") or {}).get("claimName") for v in pod.get("volumes") or []}
+    claims = claims_of(pod)
     name = f"{run_name}-{SERVE}"
     if kube.get("Pod", name) is not None:
         raise Conflict(f"run {run_name!r} has a server already ({name})",
@@ -128,18 +128,17 @@ def ask(target: ClusterTarget, namespace: str, pod: str, model: str, question: s
         ClusterUnreachable: The port-forward cannot be opened.
         CwError: The server answered no completion.
     """
-    import os
-
-    from kubernetes import client, config
+    from kubernetes import client
     from kubernetes.stream import portforward
+
+    from cw_cli.k8s.pod_exec import official_client
 
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": question}],
                        "max_tokens": max_tokens}).encode()  # fmt: skip
     request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body  # fmt: skip
     try:
-        api = config.new_client_from_config(config_file=target.kubeconfig or os.environ.get("KUBECONFIG"),
-                                            context=target.context)  # fmt: skip
+        api = official_client(target)
         forward = portforward(client.CoreV1Api(api).connect_get_namespaced_pod_portforward, pod, namespace,
                               ports=str(SERVE_PORT))  # fmt: skip
         sock = forward.socket(SERVE_PORT)
