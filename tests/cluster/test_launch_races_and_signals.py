@@ -110,8 +110,14 @@ def test_a_rejected_launch_never_removes_a_racing_valid_one(kube_api, namespace,
 def _start_cw(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "cw_cli", *args], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_as_a_terminal_sends_it,
     )
+
+
+def _ctrl_c_as_a_terminal_sends_it() -> None:
+    """In the child before exec: Ctrl-C's default action, even where the test runner was started with
+    it ignored (a background job of a non-interactive shell is); Python then installs its handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _read_until(process: subprocess.Popen[str], needle: str, timeout: float = 60) -> str:

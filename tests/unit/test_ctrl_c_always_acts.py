@@ -11,6 +11,7 @@ import textwrap
 import time
 
 import pytest
+from unit_helpers import ctrl_c_as_a_terminal_sends_it
 
 _WAITER = textwrap.dedent(
     """
@@ -36,7 +37,7 @@ _WAITER = textwrap.dedent(
 
 def _interrupt(mode: str, sig: int) -> tuple[int, str, float]:
     child = subprocess.Popen([sys.executable, "-c", _WAITER, mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)  # fmt: skip
+                             text=True, preexec_fn=ctrl_c_as_a_terminal_sends_it)  # fmt: skip
     assert child.stdout.readline().strip() == "waiting"
     time.sleep(0.5)  # into time.sleep: a signal that came earlier would find the main thread running bytecode
     started = time.monotonic()

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from unit_helpers import CONFIGS, plan_for, write_config
+from unit_helpers import CONFIGS, ctrl_c_as_a_terminal_sends_it, plan_for, write_config
 
 from cw_cli.errors import ConfigError
 
@@ -64,7 +64,8 @@ def test_a_plugin_that_loops_at_import_is_named_and_ctrl_c_stops_cw(tmp_path):
     (tmp_path / "plugins" / "looper").mkdir(parents=True)
     (tmp_path / "plugins" / "looper" / "__init__.py").write_text("while True:\n    pass\n")
     child = subprocess.Popen([sys.executable, "-m", "cw_cli", "frameworks"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env={**os.environ, "CW_PLUGINS_DIR": str(tmp_path / "plugins")})  # fmt: skip
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, "CW_PLUGINS_DIR": str(tmp_path / "plugins")},
+                             preexec_fn=ctrl_c_as_a_terminal_sends_it)  # fmt: skip
     try:
         first = child.stderr.readline()  # the note comes once loading has taken SLOW_PLUGIN_S
         assert "loading the plugin" in first and "looper" in first and "CW_DISABLE_PLUGINS=1" in first

@@ -59,10 +59,15 @@ def test_a_second_ctrl_c_does_not_abandon_a_rollback():
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.05)  # let a handler run, if one would
 
-    kube = _RecordingKube(on_delete=press_ctrl_c)
-    assert remove_objects(kube, OBJECTS) == []
-    assert [name for _, name, _ in kube.deleted] == ["r-server", "r-config", "r-trainer"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored afterwards
+    # Python's own Ctrl-C handler, whatever the process inherited (a CI runner may start it ignored).
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        kube = _RecordingKube(on_delete=press_ctrl_c)
+        assert remove_objects(kube, OBJECTS) == []
+        assert [name for _, name, _ in kube.deleted] == ["r-server", "r-config", "r-trainer"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored afterwards
+    finally:
+        signal.signal(signal.SIGINT, inherited)
 
 
 @pytest.fixture

@@ -124,3 +124,12 @@ def mounted_config(plan, run_name: str = "golden-run") -> dict[str, Any]:
 def reparse(plan) -> list[dict[str, Any]]:
     """The plan's multi-document YAML (what --dry-run prints), parsed back."""
     return [doc for doc in yaml.safe_load_all(plan.to_yaml()) if doc is not None]
+
+
+def ctrl_c_as_a_terminal_sends_it() -> None:
+    """``preexec_fn`` of a child that a test sends Ctrl-C: the signal's default action, even where
+    the test runner was started with it ignored (a background job of a non-interactive shell is),
+    so Python installs its own handler in the child."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
