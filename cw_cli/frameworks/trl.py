@@ -230,7 +230,7 @@ class TRLFramework(BaseTrainingFramework):
         mounted = {key: value for key, value in config.items() if key not in launcher}
         flags: list[str] = []
         for key, value in config.items():
-            if key not in launcher or key in ("num_processes", "num_machines") or value in (None, False):
+            if key not in launcher or key in ("num_processes", "num_machines") or value is None or value is False:
                 continue  # cw sizes the run from the config's process counts already
             if key == "accelerate_config":
                 flags += ["--config_file", _accelerate_file(value, context)]

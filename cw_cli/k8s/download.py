@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -55,7 +56,7 @@ def choose_source(listing: dict[str, Any], which: str) -> Source:
         chosen = complete[-1] if complete else None
     elif which.startswith("export:"):
         chosen = next((a for a in items if a["kind"] == "export" and Path(a["path"]).name == which[7:]), None)
-    elif which.isdigit():
+    elif re.fullmatch(r"[0-9]{1,11}", which):
         chosen = next((a for a in checkpoints if a["step"] == int(which)), None)
         if chosen is not None and not chosen["complete"]:
             raise ConfigError([f"checkpoint {which} is being written (no trainer_state.json yet): never half a checkpoint"],
@@ -65,7 +66,7 @@ def choose_source(listing: dict[str, Any], which: str) -> Source:
     if chosen is None:
         raise ConfigError([f"the run has no {which} to download; there: {there}"])
     path = str(chosen["path"])
-    label = which if not which.isdigit() else f"checkpoint-{which}"
+    label = f"checkpoint-{which}" if which.isdecimal() and which.isascii() else which
     return Source(folder=path.removeprefix("/checkpoints/") if path.startswith("/") else path, label=label)
 
 

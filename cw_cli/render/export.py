@@ -71,7 +71,7 @@ class ExportChoice(Struct, frozen=True):
 def check_choice(choice: ExportChoice) -> list[str]:
     """Problems with the flags, each naming the flag (empty when they are fine)."""
     problems = []
-    if choice.checkpoint not in ("final", "latest") and not (choice.checkpoint.isdigit() and len(choice.checkpoint) < 12):
+    if choice.checkpoint not in ("final", "latest") and not re.fullmatch(r"[0-9]{1,11}", choice.checkpoint):
         problems.append(f"--checkpoint {choice.checkpoint[:40]!r}: expected final, latest or a step number such as 500")
     if choice.push_to_hub is not None and not _REPO_ID.fullmatch(choice.push_to_hub):
         problems.append(f"--push-to-hub {choice.push_to_hub[:100]!r}: expected a Hub repository such as my-org/my-model")

@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--private", action="store_true")
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
-    if args.checkpoint not in ("final", "latest") and not args.checkpoint.isdigit():
+    if args.checkpoint not in ("final", "latest") and not re.fullmatch(r"[0-9]{1,11}", args.checkpoint):
         say(f"--checkpoint {args.checkpoint!r}: expected final, latest or a step number")
         return NOTHING
     try:

@@ -29,6 +29,7 @@ def test_the_job_runs_the_export_script_on_the_run_folder_with_the_flags_resourc
     [
         (ExportChoice(checkpoint="../../etc"), "--checkpoint"),
         (ExportChoice(checkpoint="9" * 40), "--checkpoint"),
+        (ExportChoice(checkpoint="\u00b2"), "--checkpoint"),
         (ExportChoice(push_to_hub="org/name\nkind: Secret"), "--push-to-hub"),
         (ExportChoice(push_to_hub="a b"), "--push-to-hub"),
         (ExportChoice(private=True), "--private is for --push-to-hub"),
