@@ -6,9 +6,10 @@ first file that defines a cluster, user or context name wins it whole, the first
 the directory of the file that defined the entry. It returns the resolved :class:`Credentials`
 of one context, with file contents read and an exec plugin already run.
 
-What only the official client handles (``auth-provider``, ``proxy-url``, impersonation, and
-combinations kubectl itself refuses but the official client accepts) raises :class:`Unsupported`,
-so the caller can fall back to it and behave as before.
+What only the official client handles (``auth-provider``, ``proxy-url``, and combinations kubectl
+itself refuses but the official client accepts) raises :class:`Unsupported`, so the caller can
+fall back to it and behave as before. Impersonation (``as``...) is read here: the official client
+would drop it, so with anything it alone handles it is an error.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k
 #: The cluster extension an exec plugin gets as ``spec.cluster.config`` (provideClusterInfo).
 EXEC_EXTENSION = "client.authentication.k8s.io/exec"
 _USER_KEYS = {"token", "tokenFile", "client-certificate", "client-certificate-data", "client-key", "client-key-data",
-              "username", "password", "exec", "extensions"}  # fmt: skip
+              "username", "password", "exec", "extensions", "as", "as-groups", "as-uid", "as-user-extra"}  # fmt: skip
+_IMPERSONATION_KEYS = frozenset({"as", "as-groups", "as-uid", "as-user-extra"})
 _DEFAULT_INSTALL_HINT = "install the credential plugin the kubeconfig's exec section names, or put it on PATH"
 
 
@@ -100,6 +102,8 @@ class Credentials(Struct, frozen=True):
         exec_plugin: The plugin that made ``token`` or the client certificate.
         expires: When the plugin's credential expires (epoch seconds), or None.
         proxy: An HTTP proxy URL (only from the official client's configuration).
+        impersonate: The Impersonate-* headers of the user's ``as``, ``as-groups``, ``as-uid`` and
+            ``as-user-extra`` (kubectl's), one pair per header line: a group is one line each.
     """
 
     server: str
@@ -116,6 +120,7 @@ class Credentials(Struct, frozen=True):
     exec_plugin: ExecPlugin | None = None
     expires: float | None = None
     proxy: str | None = None
+    impersonate: tuple[tuple[str, str], ...] = ()
 
     #: Fields whose values never appear in a repr (logs and tracebacks).
     _SECRET_FIELDS: ClassVar[frozenset[str]] = frozenset({"ca_data", "client_cert", "client_key", "token", "password"})
@@ -345,7 +350,39 @@ def _user(name: str, entry: _Entry | None, cluster: dict[str, Any]) -> dict[str,
     if body.get("exec"):
         plugin = _exec_plugin(name, entry, cluster)
         user.update(run_exec_plugin(plugin), exec_plugin=plugin)
+    impersonate = _impersonation(name, body)
+    if impersonate:
+        user["impersonate"] = impersonate
     return user
+
+
+def _impersonation(name: str, body: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The Impersonate-* header lines of a user's ``as`` fields, as kubectl sends them.
+
+    Raises:
+        KubeconfigError: Groups, a UID or extras without ``as`` (the API server refuses them),
+            or a value that is not text.
+    """
+    user, groups, uid, extra = body.get("as"), body.get("as-groups") or [], body.get("as-uid"), body.get("as-user-extra") or {}
+    if not user:
+        if groups or uid or extra:
+            raise KubeconfigError(f"user {name!r}: as-groups, as-uid or as-user-extra without `as` (the user to act as)")
+        return ()
+    if not isinstance(groups, list) or not isinstance(extra, dict):
+        raise KubeconfigError(f"user {name!r}: as-groups must be a list and as-user-extra a mapping")
+    lines = [("Impersonate-User", str(user))]
+    lines += [("Impersonate-Group", str(group)) for group in groups]
+    if uid:
+        lines.append(("Impersonate-Uid", str(uid)))
+    for key, values in extra.items():
+        from urllib.parse import quote
+
+        for value in values if isinstance(values, list) else [values]:
+            lines.append((f"Impersonate-Extra-{quote(str(key), safe='')}", str(value)))
+    for header, value in lines:
+        if any(ch in value for ch in "\r\n\0"):
+            raise KubeconfigError(f"user {name!r}: {header} {value!r} holds a line break or NUL")
+    return tuple(lines)
 
 
 def load(kubeconfig: str | None = None, context: str | None = None) -> Credentials:
@@ -379,7 +416,15 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Credentia
     if cluster_name not in merged.clusters:
         raise KubeconfigError(f"context {name!r} names cluster {cluster_name!r}, which is not defined")
     cluster = _cluster(cluster_name, merged.clusters[cluster_name])
-    user = _user(user_name, merged.users.get(user_name) if user_name else None, cluster)
+    entry = merged.users.get(user_name) if user_name else None
+    try:
+        user = _user(user_name, entry, cluster)
+    except Unsupported as exc:
+        if entry is not None and set(entry.body) & _IMPERSONATION_KEYS:
+            # The official client, cw's fallback, ignores `as`: cw would act as the wrong identity.
+            raise KubeconfigError(f"{exc}, together with impersonation (`as`), which cw's fallback would drop; "
+                                  "use a kubeconfig user without one of the two") from None  # fmt: skip
+        raise
     return Credentials(
         server=cluster["server"], context=name, namespace=ctx.get("namespace") or None, ca_data=cluster["ca"],
         insecure=cluster["insecure"], tls_server_name=cluster["tls_server_name"], **user,

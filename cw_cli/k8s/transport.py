@@ -343,14 +343,14 @@ class Transport:
         connection, reused = self._acquire(timeout[0])
         try:
             try:
-                answer = self._exchange(connection, method, target, body, headers, timeout)
+                answer = self._exchange(connection, method, target, body, headers, timeout, credentials.impersonate)
             except (ConnectionError, http.client.BadStatusLine, ssl.SSLEOFError):
                 connection.close()
                 if not reused or method not in IDEMPOTENT:
                     raise
                 # The server closed the kept-alive connection meanwhile: once more on a new one.
                 connection = self._new_connection(timeout[0])
-                answer = self._exchange(connection, method, target, body, headers, timeout)
+                answer = self._exchange(connection, method, target, body, headers, timeout, credentials.impersonate)
             if stream:
                 return Response(answer.status, answer.msg, stream=answer.read1, close=lambda: self._finish(connection, answer))
             data = answer.read()
@@ -364,12 +364,22 @@ class Transport:
         return Response(answer.status, answer.msg, data=data)
 
     def _exchange(self, connection: _Connection, method: str, target: str, body: bytes | None,
-                  headers: dict[str, str], timeout: tuple[float, float | None]) -> http.client.HTTPResponse:  # fmt: skip
+                  headers: dict[str, str], timeout: tuple[float, float | None],
+                  repeated: tuple[tuple[str, str], ...] = ()) -> http.client.HTTPResponse:  # fmt: skip
         if connection.sock is None:
             connection.timeout = timeout[0]
             connection.connect()
         connection.sock.settimeout(timeout[1])
-        connection.request(method, target, body=body, headers=headers)
+        if not repeated:
+            connection.request(method, target, body=body, headers=headers)
+            return connection.getresponse()
+        # Header lines a dict cannot hold (one Impersonate-Group line per group), in the order given.
+        connection.putrequest(method, target)
+        for name, value in [*headers.items(), *repeated]:
+            connection.putheader(name, value)
+        if body is not None:
+            connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body)
         return connection.getresponse()
 
     def _acquire(self, connect_timeout: float) -> tuple[_Connection, bool]:

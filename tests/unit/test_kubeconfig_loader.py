@@ -361,8 +361,6 @@ def test_context_flag_namespace_and_unknown_context(tmp_path):
 
 @pytest.mark.parametrize("user,cluster", [
     ({"auth-provider": {"name": "oidc", "config": {"id-token": "x"}}}, {}),
-    ({"token": "t", "as": "someone-else"}, {}),
-    ({"token": "t", "as-groups": ["admins"]}, {}),
     ({"token": "t"}, {"proxy-url": "http://proxy:3128"}),
     ({"token": "t", "username": "u", "password": "p"}, {}),
     ({"token": "t", "exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "x"}}, {}),
@@ -374,6 +372,27 @@ def test_context_flag_namespace_and_unknown_context(tmp_path):
 def test_what_only_the_official_client_handles_is_unsupported(tmp_path, user, cluster):
     with pytest.raises(kc.Unsupported):
         kc.load(str(single(tmp_path / "config", {"server": SERVER, **cluster}, user)))
+
+
+def test_impersonation_becomes_one_header_line_per_value(tmp_path):
+    user = {"token": "t", "as": "alice", "as-groups": ["devs", "ops"], "as-uid": "42", "as-user-extra": {"scopes/x": ["a", "b"]}}
+    credentials = kc.load(str(single(tmp_path / "config", {"server": SERVER}, user)))
+    assert credentials.impersonate == (
+        ("Impersonate-User", "alice"), ("Impersonate-Group", "devs"), ("Impersonate-Group", "ops"),
+        ("Impersonate-Uid", "42"), ("Impersonate-Extra-scopes%2Fx", "a"), ("Impersonate-Extra-scopes%2Fx", "b"),
+    )  # fmt: skip
+    assert credentials.authorization == "Bearer t"
+
+
+@pytest.mark.parametrize("user,message", [
+    ({"token": "t", "as-groups": ["admins"]}, "without `as`"),
+    ({"token": "t", "as": "a\nb"}, "holds a line break"),
+    ({"auth-provider": {"name": "oidc"}, "as": "alice"}, "which cw's fallback would drop"),
+])  # fmt: skip
+def test_impersonation_cw_cannot_honour_is_an_error_not_a_silent_fallback(tmp_path, user, message):
+    with pytest.raises(kc.KubeconfigError, match=message) as caught:
+        kc.load(str(single(tmp_path / "config", {"server": SERVER}, user)))
+    assert not isinstance(caught.value, kc.Unsupported)
 
 
 def test_broken_kubeconfigs_are_errors(tmp_path):
