@@ -18,6 +18,8 @@ import base64
 import os
 import re
 import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from msgspec import Struct
@@ -403,6 +405,9 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Credentia
     paths, must_exist = kubeconfig_paths(kubeconfig)
     merged = _merge(paths, must_exist)
     if not merged.files:
+        inside = in_cluster() if kubeconfig is None and context is None else None
+        if inside is not None:  # kubectl's rule: no kubeconfig, but a pod's service account
+            return inside
         raise KubeconfigError(f"no kubeconfig file at {os.pathsep.join(paths)}")
     name = context or merged.current_context
     if not name:
@@ -429,6 +434,38 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Credentia
         server=cluster["server"], context=name, namespace=ctx.get("namespace") or None, ca_data=cluster["ca"],
         insecure=cluster["insecure"], tls_server_name=cluster["tls_server_name"], **user,
     )  # fmt: skip
+
+
+#: Where a pod finds its service account's token, CA and namespace.
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+def in_cluster(environ: Mapping[str, str] | None = None, folder: Path | None = None) -> Credentials | None:
+    """The credentials of the pod cw runs in (its service account), as kubectl and client-go read
+    them when there is no kubeconfig; None outside a pod.
+
+    The token is read once: a command ends long before a projected token (rotated hourly) expires.
+
+    Raises:
+        KubeconfigError: The pod's token or CA cannot be read.
+    """
+    env = os.environ if environ is None else environ
+    folder = folder or SERVICE_ACCOUNT_DIR
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+    token_file = folder / "token"
+    if not host or not port or not token_file.is_file():
+        return None
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address
+    try:
+        token = token_file.read_text(encoding="utf-8").strip()
+        ca = (folder / "ca.crt").read_bytes() if (folder / "ca.crt").is_file() else None
+        namespace = (folder / "namespace").read_text(encoding="utf-8").strip() if (folder / "namespace").is_file() else None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KubeconfigError(f"cannot read the pod's service account in {folder}: {exc}") from None
+    if not token:
+        raise KubeconfigError(f"the pod's service account token {token_file} is empty")
+    return Credentials(server=f"https://{host}:{port}", context="in-cluster", namespace=namespace or None,
+                       ca_data=ca, token=token)  # fmt: skip
 
 
 def run_exec_plugin(plugin: ExecPlugin) -> dict[str, Any]:

@@ -456,3 +456,19 @@ def test_connect_errors_keep_their_messages(tmp_path):
     with pytest.raises(ClusterUnreachable, match="no usable kubeconfig") as caught:
         connect(ClusterTarget(kubeconfig=str(plugin)))
     assert caught.value.hint == "install it"
+
+
+def test_in_cluster_credentials_come_from_the_pods_service_account(tmp_path):
+    folder = tmp_path / "sa"
+    folder.mkdir()
+    env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
+    assert kc.in_cluster(env, folder) is None  # no token: not in a pod
+    assert kc.in_cluster({}, folder) is None
+    (folder / "token").write_text("abc\n")
+    (folder / "namespace").write_text("team-a")
+    credentials = kc.in_cluster(env, folder)
+    assert credentials is not None
+    assert (credentials.server, credentials.namespace, credentials.token) == ("https://[fd00::1]:443", "team-a", "abc")
+    (folder / "token").write_text("\n")
+    with pytest.raises(kc.KubeconfigError, match="is empty"):
+        kc.in_cluster(env, folder)
