@@ -60,8 +60,9 @@ def test_artifacts_lists_checkpoints_the_final_model_and_exports(kube_api, names
         ("final", 20, True, 2000, 1.25),
         ("export", None, True, 3000, None),
     ]  # fmt: skip
-    # The reader pod mounted the claim read-only and is gone.
-    assert client.CoreV1Api(kube_api).list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=reader").items == []
+    # The reader pod is deleted (gone, or going: deletion is asynchronous).
+    readers = client.CoreV1Api(kube_api).list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=reader")
+    assert all(pod.metadata.deletion_timestamp is not None for pod in readers.items)
     table = run_cw(cw_env, "artifacts", "arts", "-n", namespace, timeout=180)
     assert table.returncode == 0, table.stderr
     assert "checkpoint" in table.stdout and "loss 1.25" in table.stdout and "final" in table.stdout
