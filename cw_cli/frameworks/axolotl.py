@@ -16,6 +16,7 @@ from cw_cli.frameworks.base import (
     RunContext,
     ServiceDef,
     TrainingType,
+    dataset_item_need,
 )
 from cw_cli.frameworks.distributed import accelerate_args, total_processes
 from cw_cli.frameworks.plugin import SimplePlugin
@@ -136,23 +137,9 @@ class AxolotlFramework(BaseTrainingFramework):
                 )
             else:
                 continue
-            files = item.get("data_files")
-            listed = files if isinstance(files, list) else [files]
-            data_files = tuple(f for f in listed if isinstance(f, str))
-            if files is not None and not data_files:
-                continue  # data files cw cannot make out
-            needs.append(
-                DatasetNeed(
-                    key=f"datasets[{index}].path",
-                    reference=item["path"],
-                    accepted=accepted,
-                    description=description,
-                    data_files=data_files,
-                    data_dir=item["data_dir"] if isinstance(item.get("data_dir"), str) else None,
-                    split=item["split"] if isinstance(item.get("split"), str) else "train",
-                    config_name=item["name"] if isinstance(item.get("name"), str) else None,
-                )
-            )
+            need = dataset_item_need(item, index, accepted, description)
+            if need is not None:  # else data files cw cannot make out
+                needs.append(need)
         return needs
 
     def native_resources(

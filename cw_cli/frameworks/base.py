@@ -115,6 +115,34 @@ class DatasetNeed(Struct, frozen=True):
     columns: tuple[str, ...] | None = None
 
 
+def dataset_item_need(
+    item: dict[str, Any], index: int, accepted: tuple[frozenset[str], ...], description: str
+) -> DatasetNeed | None:
+    """The need of one ``datasets[index]`` entry (``path``, ``data_files`` for its split, ``data_dir``,
+    ``split``, ``name``, ``columns``), as TRL's and Axolotl's dataset lists write them; None when its
+    data files cannot be made out (nothing to check against)."""
+    split = item["split"] if isinstance(item.get("split"), str) else "train"
+    files = item.get("data_files")
+    if isinstance(files, dict):  # split -> path(s)
+        files = files.get(split)
+    listed = [files] if isinstance(files, str) else files if isinstance(files, list) else []
+    data_files = tuple(f for f in listed if isinstance(f, str))
+    if item.get("data_files") is not None and not data_files:
+        return None
+    columns = item.get("columns")
+    return DatasetNeed(
+        key=f"datasets[{index}].path",
+        reference=str(item["path"]),
+        accepted=accepted,
+        description=description,
+        data_files=data_files,
+        data_dir=item["data_dir"] if isinstance(item.get("data_dir"), str) else None,
+        split=split,
+        config_name=item["name"] if isinstance(item.get("name"), str) else None,
+        columns=tuple(map(str, columns)) if isinstance(columns, list) else None,
+    )
+
+
 class ResourceDefaults(Struct, frozen=True):
     """Default resources of the trainer for a framework."""
 

@@ -17,6 +17,7 @@ from cw_cli.frameworks.base import (
     RunContext,
     ServiceDef,
     TrainingType,
+    dataset_item_need,
 )
 from cw_cli.frameworks.distributed import accelerate_args, total_processes
 from cw_cli.frameworks.plugin import SimplePlugin
@@ -450,24 +451,9 @@ def trl_dataset_references(
         for index, item in enumerate(listed):
             if not isinstance(item, dict) or not isinstance(item.get("path"), str):
                 continue
-            files = item.get("data_files")
-            split = item["split"] if isinstance(item.get("split"), str) else "train"
-            if files is not None and not _split_files(files, split):
-                continue  # data files cw cannot make out: nothing to check against
-            columns = item.get("columns")
-            needs.append(
-                DatasetNeed(
-                    key=f"datasets[{index}].path",
-                    reference=item["path"],
-                    accepted=accepted,
-                    description=description,
-                    data_files=_split_files(files, split),
-                    data_dir=item["data_dir"] if isinstance(item.get("data_dir"), str) else None,
-                    split=split,
-                    config_name=item["name"] if isinstance(item.get("name"), str) else None,
-                    columns=tuple(map(str, columns)) if isinstance(columns, list) else None,
-                )
-            )
+            need = dataset_item_need(item, index, accepted, description)
+            if need is not None:  # else data files cw cannot make out: nothing to check against
+                needs.append(need)
         return needs
     name = native.get("dataset_name")
     if not isinstance(name, str) or not name:
@@ -485,17 +471,6 @@ def trl_dataset_references(
             config_name=config if isinstance(config, str) else None,
         )
     ]
-
-
-def _split_files(files: object, split: str) -> tuple[str, ...]:
-    """`data_files` for one split: a path, a list, or a mapping split -> path(s)."""
-    if isinstance(files, dict):
-        files = files.get(split)
-    if isinstance(files, str):
-        return (files,)
-    if isinstance(files, list):
-        return tuple(f for f in files if isinstance(f, str))
-    return ()
 
 
 def wants_vllm_server(native: dict[str, Any], services: Collection[str]) -> bool:
