@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from cw_cli.errors import ConfigError
 
 if TYPE_CHECKING:
-    from cw_cli.k8s.inspect import RunView
+    from cw_cli.k8s.run_view import RunView
 
 API_VERSION = "cw-cli.dev/v1"
 OUTPUTS = ("table", "json", "yaml")

@@ -78,7 +78,7 @@ def complete_run(ctx: click.Context, param: click.Parameter, incomplete: str) ->
         os.environ.setdefault("CW_REQUEST_TIMEOUT", "3")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from cw_cli.k8s.inspect import run_names
+            from cw_cli.k8s.queries import run_names
 
             params = ctx.params or {}
             names = run_names(kube(params.get("context"), params.get("namespace")))

@@ -42,7 +42,8 @@ def list_command(
 ) -> None:
     """List the runs in the namespace, with state, GPUs, age and why a failed run failed."""
     from cw_cli.cli.formats import check_output, check_states, dump, list_dict, state_key
-    from cw_cli.k8s.inspect import RUN_KINDS, STALLED, WHOLE_KINDS, list_runs
+    from cw_cli.k8s.queries import RUN_KINDS, WHOLE_KINDS
+    from cw_cli.k8s.run_view import STALLED, list_runs
 
     output = check_output(output)
     states = check_states(list(state)) if state else None
@@ -85,7 +86,7 @@ def list_command(
 def status_command(run: str, namespace: str | None, context: str | None, output: str) -> None:
     """Show a run's Job, pods and services; say why a pod is Pending or why the run failed."""
     from cw_cli.cli.formats import check_output, dump, status_dict
-    from cw_cli.k8s.inspect import run_status
+    from cw_cli.k8s.status import run_status
 
     output = check_output(output)
     check_run_argument(run)

@@ -7,7 +7,9 @@ from collections.abc import Callable, Iterator
 
 from cw_cli.errors import NotFound, Rejected, RunFailed, WaitTimeout
 from cw_cli.k8s.connection import Kube
-from cw_cli.k8s.inspect import explain_pending, find_pod, pods_refused, run_objects, run_selector, state_of
+from cw_cli.k8s.explanations import explain_pending, pods_refused
+from cw_cli.k8s.queries import find_pod, run_objects, run_selector
+from cw_cli.k8s.run_view import state_of
 
 Progress = Callable[[str], None]
 
@@ -39,7 +41,7 @@ def delete_sweep(kube: Kube, sweep: str) -> list[str]:
     Raises:
         NotFound: No run of that sweep in the namespace.
     """
-    from cw_cli.k8s.inspect import sweep_runs
+    from cw_cli.k8s.queries import sweep_runs
 
     names = sweep_runs(kube, sweep)
     if not names:

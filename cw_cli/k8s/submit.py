@@ -64,7 +64,7 @@ def preflight(kube: Kube, plan: Plan) -> None:
     Raises:
         NotFound: The namespace, a named Secret or a named PVC does not exist.
     """
-    from cw_cli.k8s.inspect import gather
+    from cw_cli.k8s.queries import gather
 
     secrets, claims = _secret_and_volume_names(plan)
     if not secrets and not claims:
@@ -216,7 +216,8 @@ def _wait_for_servers(
     kube: Kube, run_name: str, names: list[str], read: ServerStates, timeout_s: float, progress: Progress, poll_s: float
 ) -> None:
     """Poll ``read`` until every server is Ready; stop at once if the cluster refuses one's pods."""
-    from cw_cli.k8s.inspect import explain_pods, run_selector
+    from cw_cli.k8s.explanations import explain_pods
+    from cw_cli.k8s.queries import run_selector
 
     deadline = time.monotonic() + timeout_s
     announced: set[str] = set()
@@ -255,7 +256,7 @@ def wait_for_deployments(
         Rejected: The cluster refuses to create a server's pods (it would never become Ready).
         WaitTimeout: Not all Ready within the timeout (the message says which and why).
     """
-    from cw_cli.k8s.inspect import pods_refused
+    from cw_cli.k8s.explanations import pods_refused
 
     def read(wanted: list[str]) -> dict[str, tuple[bool, str | None]]:
         states = {}
@@ -277,7 +278,7 @@ def wait_for_gang_servers(
         Rejected: The cluster refuses to create a server's pods.
         WaitTimeout: Not all Ready within the timeout.
     """
-    from cw_cli.k8s.inspect import pods_refused
+    from cw_cli.k8s.explanations import pods_refused
     from cw_cli.render.jobset import child_job_name
 
     def read(wanted: list[str]) -> dict[str, tuple[bool, str | None]]:

@@ -289,7 +289,7 @@ def _status_with_event_reads(kube_cluster, namespace: str, run: str):
     """`run_status` of ``run``, and the field selectors of the events it listed (each a scan of
     the namespace's events in etcd: the API server keeps no cache of events)."""
     from cw_cli.k8s.connection import ClusterTarget, connect
-    from cw_cli.k8s.inspect import run_status
+    from cw_cli.k8s.status import run_status
 
     kube = connect(ClusterTarget(context=kube_cluster.context, namespace=namespace, kubeconfig=str(kube_cluster.kubeconfig)))
     real_list, reads = kube.list, []
@@ -343,7 +343,7 @@ def test_status_reads_the_runs_config_map_and_network_policy_by_name_not_by_scan
     """One ConfigMap and one NetworkPolicy per run: a label-selected list of them scans every run's;
     status reads them by name, and keeps only what carries the run's labels."""
     from cw_cli.k8s.connection import ClusterTarget, connect
-    from cw_cli.k8s.inspect import run_status
+    from cw_cli.k8s.status import run_status
 
     for run in ("named", "other"):
         result = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, SFT_CONFIG)), "--gpu", "1", "--name", run,

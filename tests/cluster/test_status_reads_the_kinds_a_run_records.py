@@ -7,7 +7,8 @@ import pytest
 from test_cw_end_to_end import GRPO_CONFIG, SFT_CONFIG
 
 from cw_cli import api
-from cw_cli.k8s.inspect import RUN_KINDS, run_status
+from cw_cli.k8s.queries import RUN_KINDS
+from cw_cli.k8s.status import run_status
 from cw_cli.labels import KINDS_ANNOTATION
 
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from cw_cli.config.models import ClusterSpec
 from cw_cli.errors import ConfigError
 from cw_cli.k8s.connection import ClusterTarget, connect
-from cw_cli.k8s.inspect import run_selector, sweep_runs
+from cw_cli.k8s.queries import run_selector, sweep_runs
 from cw_cli.render.naming import validate_run_name
 
 #: Each config field that holds a name, as a config would write it, given a value.

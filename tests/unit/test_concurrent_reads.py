@@ -1,4 +1,4 @@
-"""`inspect.gather` runs a command's independent reads at once and behaves like running them in order."""
+"""`queries.gather` runs a command's independent reads at once and behaves like running them in order."""
 
 from __future__ import annotations
 
@@ -8,22 +8,22 @@ import time
 import pytest
 
 from cw_cli.errors import NotFound
-from cw_cli.k8s import inspect
+from cw_cli.k8s import queries
 
 
 def test_results_come_back_under_their_keys_in_the_callers_order():
     calls = {f"k{i}": (lambda i=i: i * i) for i in range(40)}
-    assert list(inspect.gather(calls).items()) == [(f"k{i}", i * i) for i in range(40)]
+    assert list(queries.gather(calls).items()) == [(f"k{i}", i * i) for i in range(40)]
 
 
 def test_the_reads_overlap():
     barrier = threading.Barrier(4, timeout=5)  # breaks (and raises) unless four run at the same time
     calls = {str(i): (lambda: barrier.wait()) for i in range(4)}
-    assert sorted(inspect.gather(calls).values()) == [0, 1, 2, 3]
+    assert sorted(queries.gather(calls).values()) == [0, 1, 2, 3]
 
 
 def test_no_more_than_the_limit_run_at_once(monkeypatch):
-    monkeypatch.setattr(inspect, "MAX_PARALLEL_READS", 3)
+    monkeypatch.setattr(queries, "MAX_PARALLEL_READS", 3)
     lock, running, most = threading.Lock(), [0], [0]
 
     def read() -> None:
@@ -34,7 +34,7 @@ def test_no_more_than_the_limit_run_at_once(monkeypatch):
         with lock:
             running[0] -= 1
 
-    inspect.gather({str(i): read for i in range(12)})
+    queries.gather({str(i): read for i in range(12)})
     assert most[0] == 3
 
 
@@ -54,28 +54,28 @@ def test_the_first_error_in_order_is_raised_after_all_reads_ended():
         raise PermissionError("second error")
 
     with pytest.raises(NotFound, match="no such object"):
-        inspect.gather({"a": slow_ok, "b": missing, "c": refused})
+        queries.gather({"a": slow_ok, "b": missing, "c": refused})
     assert finished == ["slow"]  # no read is left running behind the error
 
 
 def test_one_call_runs_in_the_callers_thread():
-    assert inspect.gather({"only": threading.get_ident}) == {"only": threading.get_ident()}
+    assert queries.gather({"only": threading.get_ident}) == {"only": threading.get_ident()}
 
 
 def test_inside_sequential_reads_everything_runs_in_the_callers_thread():
     me = threading.get_ident()
-    with inspect.sequential_reads():
-        threads = inspect.gather({str(i): threading.get_ident for i in range(5)})
+    with queries.sequential_reads():
+        threads = queries.gather({str(i): threading.get_ident for i in range(5)})
     assert set(threads.values()) == {me}
-    again = inspect.gather({str(i): threading.get_ident for i in range(5)})  # the block has ended
+    again = queries.gather({str(i): threading.get_ident for i in range(5)})  # the block has ended
     assert me not in again.values()
 
 
 def test_a_read_that_gathers_again_does_not_fan_out_a_second_time():
     def outer() -> set[int]:
         mine = threading.get_ident()
-        inner = inspect.gather({str(i): threading.get_ident for i in range(4)})
+        inner = queries.gather({str(i): threading.get_ident for i in range(4)})
         return set(inner.values()) | {mine}
 
-    results = inspect.gather({"a": outer, "b": outer})
+    results = queries.gather({"a": outer, "b": outer})
     assert all(len(threads) == 1 for threads in results.values())  # each inner gather stayed on its worker

@@ -12,7 +12,7 @@ import pytest
 from unit_helpers import CONFIGS, env_map, kinds_and_names, mounted_config, obj, plan_for, write_config
 
 from cw_cli.errors import ConfigError
-from cw_cli.k8s.inspect import jobset_state
+from cw_cli.k8s.run_view import jobset_state
 
 RUN = "golden-run"
 SFT = {"model_name_or_path": "m", "dataset_name": "d", "gpu": 8, "checkpoint_volume": "ckpt"}

@@ -107,7 +107,7 @@ def frozen_api_server(tmp_path: Path):
 
 @pytest.mark.parametrize("command", [["list"], ["delete", "some-run"]])
 def test_a_frozen_api_server_gets_one_attempt_bounded_by_the_request_timeout(frozen_api_server, command):
-    from cw_cli.k8s.inspect import RUN_KINDS, WHOLE_KINDS
+    from cw_cli.k8s.queries import RUN_KINDS, WHOLE_KINDS
 
     kubeconfig, accepted = frozen_api_server
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "CW_REQUEST_TIMEOUT": "2"}

@@ -12,7 +12,8 @@ import yaml
 from unit_helpers import REPO
 
 from cw_cli.cli.formats import check_states, dump, list_dict, state_key, status_dict
-from cw_cli.k8s.inspect import LIST_LOG_LINES, list_runs, run_status
+from cw_cli.k8s.run_view import LIST_LOG_LINES, list_runs
+from cw_cli.k8s.status import run_status
 
 #: The documented fields (docs/output.md). Changing these breaks users' scripts: add, never rename.
 RUN_FIELDS = [
@@ -56,7 +57,7 @@ class _Response:
 
 
 class FakeKube:
-    """The few calls inspect makes, over canned objects; records every log request."""
+    """The few calls `cw status` and `cw list` make, over canned objects; records every log request."""
 
     namespace = "ml"
 
@@ -152,9 +153,9 @@ def test_bad_output_and_state_values_are_usage_errors_and_completion_is_silent(t
 
 def test_list_with_hundreds_of_live_runs_reads_only_the_failed_runs_pods(monkeypatch):
     """Past MAX_NAMED_RUNS unfinished runs, `cw list` explains the failed ones (their pods only)."""
-    import cw_cli.k8s.inspect as inspect
+    import cw_cli.k8s.run_view as run_view
 
-    monkeypatch.setattr(inspect, "MAX_NAMED_RUNS", 2)
+    monkeypatch.setattr(run_view, "MAX_NAMED_RUNS", 2)
     busy = [_job(f"busy{i}", active=1) for i in range(3)]
     kube = FakeKube({"Job": [*busy, _job("oom", FAILED)],
                      "Pod": [_pod("oom", "Failed", {"terminated": {"exitCode": 137, "reason": "OOMKilled"}})]}, {})  # fmt: skip

@@ -8,7 +8,7 @@ import pytest
 def test_job_state_reads_conditions_suspension_and_queue():
     from datetime import datetime, timezone
 
-    from cw_cli.k8s.inspect import job_state
+    from cw_cli.k8s.run_view import job_state
 
     def job(spec=None, status=None, labels=None):
         return {"metadata": {"labels": labels or {}}, "spec": spec or {}, "status": status or {}}
@@ -43,7 +43,7 @@ def _pod(name, index=None, created="2026-01-01T00:00:00Z"):
 
 
 def test_logs_of_a_multi_node_trainer_default_to_rank_0():
-    from cw_cli.k8s.inspect import find_pod
+    from cw_cli.k8s.queries import find_pod
 
     pods = [_pod("r-1", "1", "2026-01-01T00:00:09Z"), _pod("r-0", "0", "2026-01-01T00:00:01Z")]
     assert find_pod(_Pods(pods), "r", "trainer", None)["metadata"]["name"] == "r-0"
@@ -56,7 +56,7 @@ def test_a_crafted_or_empty_run_name_never_widens_the_selector():
     import pytest
 
     from cw_cli.errors import ConfigError
-    from cw_cli.k8s.inspect import run_selector
+    from cw_cli.k8s.queries import run_selector
 
     assert run_selector("my-run") == "app.kubernetes.io/managed-by=cw,cw-cli.dev/run=my-run"
     for bad in ("", "a,b", "x!=y", "A", "a b"):
@@ -77,6 +77,6 @@ def test_a_crafted_or_empty_run_name_never_widens_the_selector():
     ],
 )
 def test_only_a_resumed_unfinished_job_without_pods_is_asked_whether_its_pods_are_refused(job, may_lack):
-    from cw_cli.k8s.inspect import may_lack_pods
+    from cw_cli.k8s.explanations import may_lack_pods
 
     assert may_lack_pods(job) is may_lack

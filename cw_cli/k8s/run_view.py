@@ -1,0 +1,275 @@
+"""A run as the cluster holds it: its state (the state machine over Job and JobSet conditions),
+GPUs, objects, pods and why it failed; and `cw list`, every run of a namespace read at once."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from msgspec import Struct, field
+
+from cw_cli.k8s.connection import Kube
+from cw_cli.k8s.diagnose import Explanation, diagnose, log_requests, summary
+from cw_cli.k8s.queries import RUN_KINDS, LogKey, creation_time, read_logs, run_objects, run_selector
+from cw_cli.labels import (
+    GPU_RESOURCE,
+    NAME_LABEL,
+    RUN_LABEL,
+    SWEEP_LABEL,
+    TENSORBOARD_ANNOTATION,
+    TRAINER,
+    TYPE_LABEL,
+    WANDB_URL_ANNOTATION,
+)
+
+#: cw releases a Job within seconds of creating it; one still suspended after this long (and not
+#: held by Kueue) was left by a launcher that died half-way.
+STALLED_AFTER_S = 60
+STALLED = "Half-made (launcher stopped)"
+#: Log lines read per failed container: few for `cw list`, more for `cw status`.
+LIST_LOG_LINES = 20
+STATUS_LOG_LINES = 60
+#: Containers whose log one run's diagnosis reads at most.
+MAX_LOGS_PER_RUN = 4
+#: Above this many unfinished runs, `cw list` reads all of cw's pods instead of naming the runs.
+MAX_NAMED_RUNS = 100
+
+
+class PodView(Struct):
+    """One pod of a run, as shown by ``cw status``."""
+
+    name: str
+    role: str
+    phase: str
+    node: str | None
+    rank: str | None
+    ready: bool
+    reason: str | None = None
+
+
+class RunView(Struct):
+    """A run as the cluster holds it."""
+
+    name: str
+    framework: str = ""
+    training_type: str = ""
+    state: str = "Unknown"
+    gpus: int = 0
+    created: datetime | None = None
+    objects: list[str] = field(default_factory=list)
+    pods: list[PodView] = field(default_factory=list)
+    services: list[tuple[str, str]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    queue: str | None = None
+    restarts: int | None = None
+    namespace: str = ""
+    #: Why the run failed, or what holds it (an image pull, a crash loop), in a few words.
+    failure: str | None = None
+    explanations: list[Explanation] = field(default_factory=list)
+    #: The sweep the run belongs to.
+    sweep: str | None = None
+    #: Where to watch the training: ``wandb`` (the W&B run's page), ``tensorboard`` (the event files' folder).
+    links: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the launcher that created the run stopped before starting it (:data:`STALLED`)."""
+        return self.state == STALLED
+
+
+def job_state(job: dict[str, Any], now: datetime | None = None) -> str:
+    """Plain state of a trainer Job: Succeeded, Failed, Starting, Queued (Kueue), Pending, Running,
+    or Half-made when the launcher that created it stopped before releasing it."""
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition["type"] in ("Complete", "SuccessCriteriaMet"):
+            return "Succeeded"
+        if condition["type"] in ("Failed", "FailureTarget"):
+            return "Failed"
+    if job.get("spec", {}).get("suspend"):
+        queued = "kueue.x-k8s.io/queue-name" in (job["metadata"].get("labels") or {})
+        if queued:
+            return "Queued (Kueue)"
+        created = creation_time(job)
+        age = ((now or datetime.now(timezone.utc)) - created).total_seconds() if created else 0
+        return STALLED if age > STALLED_AFTER_S else "Starting"
+    if status.get("active"):
+        return "Running" if status.get("ready", 0) else "Pending"
+    return "Pending"
+
+
+def jobset_state(jobset: dict[str, Any], now: datetime | None = None) -> str:
+    """Plain state of a JobSet run, in the words of :func:`job_state`."""
+    status = jobset.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition["type"] == "Completed":
+            return "Succeeded"
+        if condition["type"] == "Failed":
+            return "Failed"
+    if jobset.get("spec", {}).get("suspend"):
+        return job_state({"metadata": jobset["metadata"], "spec": {"suspend": True}}, now)
+    trainer: dict[str, Any] = next((s for s in status.get("replicatedJobsStatus") or [] if s.get("name") == TRAINER), {})
+    if int(trainer.get("ready", 0)):
+        return "Running"
+    return "Pending"
+
+
+def state_of(kind: str, owner: dict[str, Any]) -> str:
+    """State of a run from its owner object (a Job or a JobSet)."""
+    return jobset_state(owner) if kind == "JobSet" else job_state(owner)
+
+
+def _pod_gpus(pod_spec: dict[str, Any]) -> int:
+    return sum(
+        int(c.get("resources", {}).get("limits", {}).get(GPU_RESOURCE, 0) or 0) for c in pod_spec.get("containers", [])
+    )
+
+
+def _jobset_gpus(jobset: dict[str, Any]) -> int:
+    total = 0
+    for replicated in jobset["spec"].get("replicatedJobs") or []:
+        job_spec = replicated["template"]["spec"]
+        pods = int(job_spec.get("parallelism", 1)) * int(replicated.get("replicas", 1))
+        total += _pod_gpus(job_spec["template"]["spec"]) * pods
+    return total
+
+
+def _links(owner: dict[str, Any]) -> dict[str, str]:
+    annotations = owner["metadata"].get("annotations") or {}
+    found = {"wandb": annotations.get(WANDB_URL_ANNOTATION), "tensorboard": annotations.get(TENSORBOARD_ANNOTATION)}
+    return {name: value for name, value in found.items() if value}
+
+
+def collect_runs(
+    objects: list[tuple[str, dict[str, Any]]], namespace: str
+) -> tuple[dict[tuple[str, str], RunView], dict[tuple[str, str], list[tuple[str, dict[str, Any]]]]]:
+    """The runs' views, and each run's owners (Job or JobSet), keyed by (namespace, run)."""
+    runs: dict[tuple[str, str], RunView] = {}
+    owners: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
+    for kind, obj in objects:
+        labels = obj["metadata"].get("labels") or {}
+        name = labels.get(RUN_LABEL)
+        if not name:
+            continue
+        key = (obj["metadata"].get("namespace") or namespace, name)
+        view = runs.setdefault(key, RunView(name=name, namespace=key[0]))
+        view.framework = labels.get(NAME_LABEL, view.framework)
+        view.training_type = labels.get(TYPE_LABEL, view.training_type)
+        view.sweep = labels.get(SWEEP_LABEL, view.sweep)
+        view.objects.append(f"{kind}/{obj['metadata']['name']}")
+        created = creation_time(obj)
+        if created and (view.created is None or created < view.created):
+            view.created = created
+        if kind in ("Job", "JobSet"):
+            view.links.update(_links(obj))
+        if kind == "JobSet":
+            view.state = jobset_state(obj)
+            view.gpus += _jobset_gpus(obj)
+            view.restarts = int((obj.get("status") or {}).get("restarts", 0))
+            owners.setdefault(key, []).append((kind, obj))
+        elif kind == "Job":
+            view.state = job_state(obj)
+            spec = obj["spec"]
+            view.gpus += _pod_gpus(spec["template"]["spec"]) * int(spec.get("parallelism", 1))
+            owners.setdefault(key, []).append((kind, obj))
+        elif kind == "Deployment":
+            view.gpus += _pod_gpus(obj["spec"]["template"]["spec"]) * int(obj["spec"].get("replicas", 1))
+    for view in runs.values():
+        if not any(o.startswith(("Job/", "JobSet/")) for o in view.objects):
+            view.state = "Services only"
+    return runs, owners
+
+
+def pod_phase(pod: dict[str, Any]) -> str:
+    """A pod's phase (``Pending``, ``Running``, ...), empty when it has none yet."""
+    return str((pod.get("status") or {}).get("phase", ""))
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    """Whether a pod's ``Ready`` condition is true."""
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def _disrupted(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    return status.get("reason") == "Evicted" or any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+
+
+def live_pods(view: RunView, pods: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], set[str]]:
+    """The pods that explain a run, and the disrupted ones among them.
+
+    A failed run: all of them. A run still going: what holds its live pods, and the disruptions
+    its Job or JobSet replaced (they say why it started over), not the attempts it retried.
+    """
+    if view.state == "Failed":
+        return pods, set()
+    disrupted = {p["metadata"]["name"] for p in pods if _disrupted(p) and pod_phase(p) not in ("Pending", "Running")}
+    return [p for p in pods if pod_phase(p) in ("Pending", "Running") or p["metadata"]["name"] in disrupted], disrupted
+
+
+def wanted_logs(pods: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str, bool]]:
+    """(pod, container, previous) whose log tails explain a run, newest pods first, a few at most."""
+    newest_first = sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)
+    return [(pod, container, previous) for pod in newest_first for container, previous in log_requests(pod)][:MAX_LOGS_PER_RUN]
+
+
+def explain_run(
+    view: RunView, owners: list[tuple[str, dict[str, Any]]], pods: list[dict[str, Any]], logs: dict[LogKey, list[str]]
+) -> None:
+    """Fill ``view.explanations`` and ``view.failure`` from the run's owners, pods and log tails."""
+    if view.state == "Succeeded":
+        return
+    pods, disrupted = live_pods(view, pods)
+    mine = {(pod_name, container): tail for (namespace, pod_name, container), tail in logs.items() if namespace == view.namespace}
+    view.explanations = diagnose(owners, pods, mine)
+    view.failure = summary([e for e in view.explanations if e.pod not in disrupted])
+
+
+def list_runs(
+    kube: Kube,
+    all_namespaces: bool = False,
+    run_name: str | None = None,
+    log_lines: int = LIST_LOG_LINES,
+    kinds: tuple[str, ...] = RUN_KINDS,
+) -> list[RunView]:
+    """Every cw run in the namespace (or in all of them), newest first, each with why it failed.
+
+    Reads the runs' objects of ``kinds`` at once (names only for all but Jobs, JobSets and
+    Deployments; :data:`cw_cli.k8s.queries.WHOLE_KINDS` alone find every run, the other kinds only fill ``objects``),
+    pods only of the runs not Succeeded, and logs only of failed runs' failed containers
+    (``log_lines`` each, a few containers per run at most).
+    """
+    runs, owners = collect_runs(run_objects(kube, run_name, all_namespaces, kinds), kube.namespace)
+    unfinished = sorted({key[1] for key, view in runs.items() if view.state != "Succeeded"})
+    if len(unfinished) > MAX_NAMED_RUNS:
+        # Explaining hundreds of live runs would read every pod (MBs at 1,000 runs): explain the
+        # failed ones, which `cw list` is for; `cw status RUN` explains any other.
+        unfinished = sorted({key[1] for key, view in runs.items() if view.state == "Failed"})
+    if unfinished:
+        selector = run_selector(run_name)
+        if run_name is None and len(unfinished) <= MAX_NAMED_RUNS:  # only their pods, whatever else is there
+            selector += f",{RUN_LABEL} in ({','.join(unfinished)})"
+        by_run: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for pod in kube.list("Pod", selector, all_namespaces=all_namespaces):
+            labels = pod["metadata"].get("labels") or {}
+            by_run.setdefault((pod["metadata"].get("namespace") or kube.namespace, labels.get(RUN_LABEL, "")), []).append(pod)
+        explained = set(unfinished)
+        wanted = []
+        for key, view in runs.items():
+            if view.state == "Failed" and key[1] in explained:
+                wanted += wanted_logs(live_pods(view, by_run.get(key, []))[0])
+        logs = read_logs(kube, wanted, log_lines)
+        for key, view in runs.items():
+            if key[1] in explained:
+                explain_run(view, owners.get(key, []), by_run.get(key, []), logs)
+    return sorted(
+        runs.values(), key=lambda v: (v.created or datetime.min.replace(tzinfo=timezone.utc), v.namespace), reverse=True
+    )
