@@ -124,14 +124,23 @@ def download(
         total = sum(int(f["size"]) for f in files)
         there = {f["path"]: _there(dest, f) for f in files}
         have = sum(there.values())
-        free = shutil.disk_usage(dest).free
-        if total - have > free:
-            raise CwError(f"{dest} has {free / 2**30:.1f} GiB free, and {(total - have) / 2**30:.1f} GiB are left to copy",
-                          hint="free some space or choose a folder on a larger disk")  # fmt: skip
+        check_room(dest, total - have)
         started(total, have)
         for item in files:
             _fetch(pod, source, dest, item, there[item["path"]], progress)
     return {"source": source.folder, "dest": str(dest), "files": len(files), "bytes": total, "resumed_bytes": have}
+
+
+def check_room(dest: Path, needed: int) -> None:
+    """Refuse a download whose remaining bytes do not fit the disk that holds ``dest``.
+
+    Raises:
+        CwError: Fewer bytes are free there than are left to copy (nothing was copied yet).
+    """
+    free = shutil.disk_usage(dest).free
+    if needed > free:
+        raise CwError(f"{dest} has {free / 2**30:.1f} GiB free, and {needed / 2**30:.1f} GiB are left to copy",
+                      hint="free some space or choose a folder on a larger disk")  # fmt: skip
 
 
 def _checked(done: Any, what: str) -> bytes:

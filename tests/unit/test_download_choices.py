@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from cw_cli.errors import ConfigError, Conflict
-from cw_cli.k8s.download import MARKER, _claim_destination, choose_source
+from cw_cli.errors import ConfigError, Conflict, CwError
+from cw_cli.k8s.download import MARKER, _claim_destination, check_room, choose_source
 
 LISTING = {"artifacts": [
     {"kind": "checkpoint", "step": 10, "complete": True, "path": "/checkpoints/r/checkpoint-10"},
@@ -48,3 +48,16 @@ def test_only_an_earlier_download_of_the_same_source_is_written_into(tmp_path):
     (tmp_path / "other" / "x").write_text("x")
     with pytest.raises(Conflict, match="holds other files"):
         _claim_destination(tmp_path / "other", origin)
+
+
+def test_a_download_larger_than_the_free_disk_is_refused_before_copying(tmp_path):
+    """The real free space of the disk under tmp_path: one byte over it is refused, naming both sizes."""
+    import shutil
+
+    free = shutil.disk_usage(tmp_path).free
+    check_room(tmp_path, 0)
+    check_room(tmp_path, free // 2)
+    with pytest.raises(CwError) as caught:
+        check_room(tmp_path, free + 2**30)
+    assert f"{free / 2**30:.1f} GiB free" in caught.value.message and "left to copy" in caught.value.message
+    assert list(tmp_path.iterdir()) == []  # nothing was written
