@@ -188,7 +188,7 @@ def estimate_run(
     request = planned.request
     try:
         return estimate(
-            request.framework.name, request.training_type, request.config.native, request.config.cluster,
+            request.framework.framework, request.training_type, request.config.native, request.config.cluster,
             request.config.path.parent, gpu_memory=gpu_memory, nodes=nodes, hub=hub, suggest=suggest,
             services_only=request.services_only, allow_meta_device=allow_meta_device,
         )  # fmt: skip
@@ -237,7 +237,7 @@ def estimate(
     run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, source=source, launch=False)
     try:
         return estimate_config(
-            loaded.name, kind, run_config.native, run_config.cluster, path.parent, gpu_memory=gpu_memory,
+            loaded.framework, kind, run_config.native, run_config.cluster, path.parent, gpu_memory=gpu_memory,
             nodes=list_nodes, hub=hub, suggest=suggest, allow_meta_device=allow_meta_device,
         )  # fmt: skip
     except ValueError as exc:

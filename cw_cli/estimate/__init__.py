@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     )
     from cw_cli.estimate.memory import Estimate, TrainerMemory, TrainingSetup, estimate_memory
     from cw_cli.estimate.model_config import ModelConfigLookup, find_model_config
-    from cw_cli.estimate.native_setup import RunSetup, run_setup
+    from cw_cli.estimate.native_setup import RunSetup
     from cw_cli.estimate.params import (
         ParamCounts,
         UnknownArchitectureError,
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         lora_trainable_parameters,
     )
     from cw_cli.estimate.vllm import VllmMemory, VllmSetup, kv_bytes_per_token, vllm_memory
+    from cw_cli.estimate.words import ConfigWords
 
 #: Public name -> the module that defines it.
 _WHERE = {
@@ -39,7 +40,8 @@ _WHERE = {
     **dict.fromkeys(("RunEstimate", "estimate_run"), "from_config"),
     **dict.fromkeys(("GpuChoice", "resolve_gpu_memory"), "gpu_memory"),
     **dict.fromkeys(("ModelConfigLookup", "find_model_config"), "model_config"),
-    **dict.fromkeys(("RunSetup", "run_setup"), "native_setup"),
+    "RunSetup": "native_setup",
+    "ConfigWords": "words",
     **dict.fromkeys(("GpuMemory", "gpu_memory_from_node", "gpu_memory_from_nodes", "gpu_memory_from_product",
                      "parse_memory"), "gpus"),  # fmt: skip
     **dict.fromkeys(("Estimate", "TrainerMemory", "TrainingSetup", "estimate_memory"), "memory"),
@@ -49,6 +51,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "ConfigWords",
     "Estimate",
     "GpuChoice",
     "GpuMemory",
@@ -76,7 +79,6 @@ __all__ = [
     "lora_trainable_parameters",
     "parse_memory",
     "resolve_gpu_memory",
-    "run_setup",
     "suggestions",
     "vllm_memory",
 ]

@@ -1,42 +1,47 @@
 """From a run's config to its memory estimate: what `cw estimate` and the pre-launch check run.
 
-:func:`estimate_run` ties three readers together, each in its own module and each pure apart
-from reading local files (and, only when asked, one hub download):
+:func:`estimate_run` ties three readers together, each pure apart from reading local files (and,
+only when asked, one hub download):
 
-- :func:`~cw_cli.estimate.native_setup.run_setup` reads the framework's own config (TRL,
-  Axolotl, verifiers, and the DeepSpeed / Accelerate files it names) and cw's cluster fields
-  into a :class:`~cw_cli.estimate.memory.TrainingSetup` and an optional
-  :class:`~cw_cli.estimate.vllm.VllmSetup` (the mapping is documented in docs/estimate.md).
+- the framework's own ``training_setup`` (any :class:`DescribesTraining`: every built-in in its
+  package, e.g. ``cw_cli/frameworks/trl/setup.py``, and any plugin that implements it) reads its
+  config and cw's cluster fields into a :class:`~cw_cli.estimate.native_setup.RunSetup`: a
+  :class:`~cw_cli.estimate.memory.TrainingSetup` and an optional
+  :class:`~cw_cli.estimate.vllm.VllmSetup` (the built-ins' mapping is documented in docs/estimate.md).
 - :func:`~cw_cli.estimate.model_config.find_model_config` locates the model's ``config.json``:
   a local folder, the Hugging Face cache, and the hub only when allowed and online.
 - :func:`~cw_cli.estimate.gpu_memory.resolve_gpu_memory` picks one GPU's memory: the
   ``--gpu-memory`` flag, the ``gpu_memory``/``gpu_type`` fields, else the GPU nodes' labels (a
   callable that lists them; none in a dry run).
 
-The result is a :class:`RunEstimate` (with suggestions in the framework's own keys,
-:func:`config_changes`), which never raises for a run it cannot estimate (a plugin framework, a
-model not found, an unknown architecture): it says why in ``skipped`` and ``notes`` instead.
-Nothing here prints or talks to a cluster itself.
+The result is a :class:`RunEstimate` (with suggestions in the framework's own keys, its
+:class:`~cw_cli.estimate.words.ConfigWords`, :func:`config_changes`), which never raises for a
+run it cannot estimate (a framework without a training setup, a model not found, an unknown
+architecture): it says why in ``skipped`` and ``notes`` instead. Nothing here knows a framework
+by name, prints or talks to a cluster itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from msgspec import Struct, field
 from msgspec.structs import asdict, replace
 
 from cw_cli.estimate.gpu_memory import GpuChoice, resolve_gpu_memory
 from cw_cli.estimate.gpus import parse_memory
-from cw_cli.estimate.model_config import FRAMEWORKS, MODEL_KEYS, check_model_config, find_model_config
+from cw_cli.estimate.model_config import check_model_config, find_model_config
+from cw_cli.types import TrainingType
 
 if TYPE_CHECKING:  # types only: a launch whose model is not found here never loads the memory model
     from cw_cli.config.models import ClusterSpec
     from cw_cli.estimate.fit import Suggestion, Verdict
     from cw_cli.estimate.memory import Estimate, TrainingSetup
+    from cw_cli.estimate.native_setup import RunSetup
     from cw_cli.estimate.vllm import VllmSetup
+    from cw_cli.estimate.words import ConfigWords
 
 GIB = 1024**3
 #: A refusal fires only when a run clearly cannot fit: past the estimate's error band
@@ -53,6 +58,43 @@ JSON_KEYS = (
 VERDICT_KEYS = ("fits", "clearly_too_big", "refusal_headroom", "worst_ratio", "roles")
 ROLE_KEYS = ("role", "fits", "required_bytes", "available_bytes", "ratio", "reason")
 SUGGESTION_KEYS = ("key", "description", "changes", "per_gpu_bytes", "ratio")
+
+
+class DescribesTraining(Protocol):
+    """What the estimate needs of a framework (``BaseTrainingFramework`` has all of it).
+
+    The estimate never imports a framework: the caller hands it one (``cw_cli.api``).
+    """
+
+    @property
+    def name(self) -> str:
+        """The framework's name."""
+        ...
+
+    @property
+    def model_key(self) -> str:
+        """Native key of the model."""
+        ...
+
+    @property
+    def model_revision_key(self) -> str | None:
+        """Native key of the model's revision, if the framework has one."""
+        ...
+
+    @property
+    def words(self) -> ConfigWords | None:
+        """How the config spells what a suggestion changes (None: no changes listed)."""
+        ...
+
+    @property
+    def describes_training(self) -> bool:
+        """Whether ``training_setup`` gives a setup (False: no estimate, said at once)."""
+        ...
+
+    def training_setup(self, native: Mapping[str, Any], training_type: TrainingType, cluster: ClusterSpec,
+                       base_dir: Path | None, model_config: Mapping[str, Any] | None) -> RunSetup | None:
+        """The run's training and vLLM setup (None: no estimate)."""
+        ...
 
 
 class RunEstimate(Struct, frozen=True):
@@ -205,8 +247,8 @@ def _setup_dict(setup: TrainingSetup | None) -> dict[str, Any] | None:
 
 
 def estimate_run(
-    framework: str,
-    training_type: str,
+    framework: DescribesTraining,
+    training_type: str | TrainingType,
     native: Mapping[str, Any],
     cluster: ClusterSpec,
     base_dir: Path | None = None,
@@ -221,14 +263,14 @@ def estimate_run(
 ) -> RunEstimate:
     """Estimate a run as configured: setup, model config, GPU memory, verdict and suggestions.
 
-    Never raises for a run it cannot estimate: ``skipped`` says why (a plugin framework, a
-    trainer without GPUs, a model whose config.json is not found, an unknown architecture
+    Never raises for a run it cannot estimate: ``skipped`` says why (a framework that gives no
+    training setup, a trainer without GPUs, a model whose config.json is not found, an unknown architecture
     without ``allow_meta_device``). A config.json no model could have is refused instead
     (:func:`~cw_cli.estimate.model_config.check_model_config`).
 
     Args:
-        framework: The framework's name.
-        training_type: ``sft``, ``dpo`` or ``grpo``.
+        framework: The framework (``PlannedRun.request.framework``): it reads its own config.
+        training_type: ``sft``, ``dpo``, ``grpo``... (a :class:`~cw_cli.types.TrainingType` too).
         native: The framework's own config.
         cluster: cw's cluster fields.
         base_dir: The config's folder (local model folders, DeepSpeed / Accelerate files).
@@ -247,16 +289,16 @@ def estimate_run(
         ConfigError: The model's config.json is a device or FIFO, too large or deep, or has a
             dimension no model has (``num_hidden_layers: 1e12``, zero heads, a list).
     """
-    kind = str(getattr(training_type, "value", training_type))
+    kind = TrainingType(getattr(training_type, "value", training_type))
     roles = ("vllm",) if services_only else ("trainer", "vllm")
-    base = RunEstimate(framework, kind, None, roles=roles)
+    base = RunEstimate(framework.name, kind.value, None, roles=roles)
     if gpu_memory is not None and gpu_memory != "":
         parse_memory(gpu_memory)  # a bad flag fails before anything else
     # Cheap refusals first: a launch whose model is not here pays for a few stat() calls only.
-    if framework not in FRAMEWORKS:
-        return replace(base, skipped=f"no estimate for framework {framework!r}: cw reads only "
-                       f"{', '.join(FRAMEWORKS)} configs")  # fmt: skip
-    key = MODEL_KEYS[framework]
+    if not framework.describes_training:
+        return replace(base, skipped=f"no estimate for framework {framework.name!r}: it describes no training "
+                       "setup (a plugin may: docs/plugins.md)")  # fmt: skip
+    key = framework.model_key
     model = native.get(key)
     model = str(model) if isinstance(model, (str, Path)) and str(model) else None
     base = replace(base, model=model)
@@ -264,7 +306,7 @@ def estimate_run(
         return replace(base, skipped="the trainer has no GPU (gpu: 0)")
     if model is None:
         return replace(base, skipped=f"the config names no model (`{key}`)")
-    revision_key = {"trl": "model_revision", "axolotl": "revision_of_model"}.get(framework)
+    revision_key = framework.model_revision_key
     revision = native.get(revision_key) if revision_key else None
     lookup = find_model_config(model, base_dir, hub=hub, revision=str(revision) if revision else None,
                                cache_dirs=cache_dirs)  # fmt: skip
@@ -274,18 +316,19 @@ def estimate_run(
     check_model_config(config, lookup.source or model)  # a hostile one: refused, never sized
     base = replace(base, model_config=lookup.source)
 
-    # Only now that there is a model to count: reading the framework's config is most of this package.
+    # Only now that there is a model to count: reading the framework's config is most of the work.
     from cw_cli.estimate.fit import fits, suggestions
     from cw_cli.estimate.memory import estimate_memory
-    from cw_cli.estimate.native_setup import run_setup
     from cw_cli.estimate.params import SUPPORTED_MODEL_TYPES, UnknownArchitectureError
 
     # The family alone: building it here would raise outside the estimate's skip for a missing field.
     if str(config.get("model_type", "")) not in SUPPORTED_MODEL_TYPES and not allow_meta_device:
         return replace(base, skipped=f"model_type {config.get('model_type')!r} has no formula in cw; `cw estimate` "
                        "counts it with transformers on the meta device")  # fmt: skip
-    read = run_setup(framework, kind, native, cluster, base_dir, config)  # dtype: auto, PEFT's default targets
-    assert read.setup is not None
+    read = framework.training_setup(native, kind, cluster, base_dir, config)  # dtype: auto, PEFT's default targets
+    if read is None:
+        return replace(base, skipped=f"no estimate for framework {framework.name!r}: it gave no training setup "
+                       f"for `{kind.value}`")  # fmt: skip
     base = replace(base, setup=read.setup, vllm_setup=read.vllm, unmodelled=read.unmodelled)
     if services_only and read.vllm is None:
         return replace(base, skipped="the run has no vLLM server to estimate", notes=read.notes)
@@ -303,96 +346,83 @@ def estimate_run(
     refusal = fits(estimate, memory, headroom=REFUSAL_HEADROOM)
     base = replace(base, verdict=verdict, refusal=refusal)
     if suggest and not base.fits:
-        found = tuple(s for s in suggestions(config, read.setup, memory, read.vllm)
-                      if _applies(framework, s, services_only))
-        changes = tuple(tuple(config_changes(framework, kind, read.setup, read.vllm, s)) for s in found)
-        base = replace(base, suggestions=found, changes=changes)
+        written = [(s, config_changes(framework.words, kind.value, read.setup, read.vllm, s))
+                   for s in suggestions(config, read.setup, memory, read.vllm) if _applies(s, services_only)]
+        found = [(s, c) for s, c in written if c is not None]  # a change the framework cannot make: dropped
+        base = replace(base, suggestions=tuple(s for s, _ in found), changes=tuple(tuple(c) for _, c in found))
     return base
 
 
-def _applies(framework: str, suggestion: Suggestion, services_only: bool) -> bool:
-    """Whether the framework can do what a suggestion asks (verifiers has no QLoRA nor offload)."""
-    if services_only:
-        return suggestion.key.startswith("vllm_")
-    s = suggestion.setup
-    if framework == "verifiers":
-        return s.method != "qlora" and not s.offload_optimizer and not s.offload_params and not s.fsdp
-    return True
+def _applies(suggestion: Suggestion, services_only: bool) -> bool:
+    """Whether a suggestion concerns the roles checked (a servers-only run: its vLLM engine only)."""
+    return suggestion.key.startswith("vllm_") if services_only else True
 
 
 # --- suggestions in the framework's own words -------------------------------------------------------
 
 
-def config_changes(framework: str, training_type: str, setup: TrainingSetup, vllm: VllmSetup | None,
-                   suggestion: Suggestion) -> list[str]:
-    """What to write in the config (or pass as a flag) for a suggestion, in the framework's keys."""
+def config_changes(words: ConfigWords | None, training_type: str, setup: TrainingSetup, vllm: VllmSetup | None,
+                   suggestion: Suggestion) -> list[str] | None:
+    """What to write in the config (or pass as a flag) for a suggestion, in the framework's keys.
+
+    Args:
+        words: The framework's words; None (a framework that declares none) lists no change.
+        training_type: The training type (GRPO's completion length).
+        setup: The setup as read from the config.
+        vllm: The vLLM engine as read.
+        suggestion: A change that fits.
+
+    Returns:
+        The config lines; None when the suggestion needs a setting the framework does not have
+        (verifiers' QLoRA or CPU offload), so it is not offered.
+    """
+    if words is None:
+        return []
     new, old = suggestion.setup, setup
     changes: list[str] = []
-    words = _WORDS.get(framework, _WORDS["trl"])
+    missing = False
     grpo = training_type == "grpo"
 
-    def add(key: str, value: Any) -> None:
-        changes.append(f"{key}: {value}")
+    def add(key: str | None, value: Any) -> None:
+        nonlocal missing
+        if key is None:
+            missing = True
+        else:
+            changes.append(f"{key}: {value}")
+
+    def lines(written: tuple[str, ...] | str | None) -> None:
+        nonlocal missing
+        if not written:
+            missing = True
+        else:
+            changes.extend([written] if isinstance(written, str) else written)
 
     if new.gradient_checkpointing and not old.gradient_checkpointing:
-        add(words["checkpointing"], "true")
+        add(words.checkpointing, "true")
     if new.weight_dtype != old.weight_dtype:
-        add(words["dtype"], words["bf16"])
+        lines(words.bf16_weights)
     if new.micro_batch != old.micro_batch:
-        add(words["micro_batch"], new.micro_batch)
-        if "accumulation" in words:
-            add(words["accumulation"], new.gradient_accumulation)
+        add(words.micro_batch, new.micro_batch)
+        if words.accumulation is not None:  # without one (verifiers) the batch only gets smaller
+            add(words.accumulation, new.gradient_accumulation)
     if new.seq_len != old.seq_len:
-        add(words["length"], new.seq_len)
+        add(words.length, new.seq_len)
     if grpo and new.max_completion_length != old.max_completion_length:
-        add(words["completion"], new.max_completion_length)
+        add(words.completion, new.max_completion_length)
     if new.optimizer != old.optimizer:
-        add(words["optimizer"], new.optimizer)
+        add(words.optimizer, new.optimizer)
     if new.method != old.method:
-        changes.extend(words["qlora" if new.method == "qlora" else "lora"])
+        lines(words.qlora if new.method == "qlora" else words.lora)
     sharding_changed = (new.zero_stage, new.offload_optimizer, new.offload_params) != (
         old.zero_stage, old.offload_optimizer, old.offload_params)
+    offload = new.offload_optimizer or new.offload_params
     if sharding_changed and new.zero_stage == 3:
-        offload = new.offload_optimizer or new.offload_params
-        changes.append(words["zero3_offload" if offload else "zero3"])
+        lines(words.zero3_offload if offload else words.zero3)
     if new.nodes != old.nodes:
         changes.append(f"--nodes {new.nodes}")
     if vllm is not None and suggestion.vllm is not None:
         if suggestion.vllm.max_model_len != vllm.max_model_len:
-            add(words["vllm_len"], suggestion.vllm.max_model_len)
+            add(words.vllm_max_model_len, suggestion.vllm.max_model_len)
         if suggestion.vllm.gpu_memory_utilization != vllm.gpu_memory_utilization:
-            add(words["vllm_util"], suggestion.vllm.gpu_memory_utilization)
-    return changes
-
-
-_WORDS: dict[str, dict[str, Any]] = {
-    "trl": {
-        "checkpointing": "gradient_checkpointing", "dtype": "dtype", "bf16": "bfloat16",
-        "micro_batch": "per_device_train_batch_size", "accumulation": "gradient_accumulation_steps",
-        "length": "max_length", "completion": "max_completion_length", "optimizer": "optim",
-        "lora": ["use_peft: true"], "qlora": ["use_peft: true", "load_in_4bit: true"],
-        "zero3": "accelerate_config: zero3",
-        "zero3_offload": "accelerate_config: <a DeepSpeed ZeRO-3 file with offload_optimizer_device: cpu and "
-                         "offload_param_device: cpu>",
-        "vllm_len": "vllm_max_model_length", "vllm_util": "vllm_gpu_memory_utilization",
-    },
-    "axolotl": {
-        "checkpointing": "gradient_checkpointing", "dtype": "bf16", "bf16": "true",
-        "micro_batch": "micro_batch_size", "accumulation": "gradient_accumulation_steps",
-        "length": "sequence_len", "completion": "trl.max_completion_length", "optimizer": "optimizer",
-        "lora": ["adapter: lora", "lora_target_linear: true"],
-        "qlora": ["adapter: qlora", "load_in_4bit: true", "lora_target_linear: true"],
-        "zero3": "deepspeed: deepspeed_configs/zero3_bf16.json",
-        "zero3_offload": "deepspeed: deepspeed_configs/zero3_bf16_cpuoffload_all.json",
-        "vllm_len": "vllm.max_model_len", "vllm_util": "vllm.gpu_memory_utilization",
-    },
-    "verifiers": {
-        "checkpointing": "trainer.args.gradient_checkpointing", "dtype": "trainer.args.bf16", "bf16": "true",
-        "micro_batch": "trainer.args.micro_batch_size",
-        "length": "trainer.args.max_seq_len", "completion": "trainer.args.max_tokens",
-        "optimizer": "trainer.args.optim",
-        "lora": ["trainer.args.use_lora: true"], "qlora": [],
-        "zero3": "accelerate_config: zero3", "zero3_offload": "accelerate_config: zero3",
-        "vllm_len": "inference.args.max_model_len", "vllm_util": "inference.args.gpu_memory_utilization",
-    },
-}  # fmt: skip
+            add(words.vllm_gpu_memory_utilization, suggestion.vllm.gpu_memory_utilization)
+    return None if missing else changes

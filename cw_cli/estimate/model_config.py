@@ -22,10 +22,6 @@ from msgspec import Struct
 from cw_cli.errors import ConfigError
 from cw_cli.estimate.values import TRUE
 
-#: Frameworks whose config cw reads for an estimate; any other (a plugin) gets none.
-FRAMEWORKS = ("trl", "axolotl", "verifiers")
-#: The native key naming the model, per framework.
-MODEL_KEYS = {"trl": "model_name_or_path", "axolotl": "base_model", "verifiers": "model"}
 #: The largest config.json read: real ones are a few KiB (a long ``id2label`` a few hundred).
 MAX_CONFIG_JSON_BYTES = 16 * 2**20
 _WIDE = 2**24  # wider than any layer, vocabulary or context of a real model, far below a float's reach

@@ -3,11 +3,15 @@
 A framework knows its own native config (required keys, defaults, what to add before mounting
 it), its images and commands, and which services a training type needs. It knows nothing about
 the cluster client or the CLI: it describes; the renderer turns descriptions into manifests.
+It also describes, in neutral terms, what the memory estimate and ``cw status`` need to know of
+it: its training setup (``training_setup``), how its config spells the settings cw advises on
+(``words``) and the failures its trainer's log shows (``failure_hints``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -20,6 +24,8 @@ __all__ = ["TrainingType"]  # plugins import it from here (docs/plugins.md); it 
 
 if TYPE_CHECKING:  # pydantic is heavy; `cw --help` must not import it
     from cw_cli.config.models import ClusterSpec
+    from cw_cli.estimate.native_setup import RunSetup
+    from cw_cli.estimate.words import ConfigWords
 
 CONFIG_MOUNT = "/etc/cw"
 CONFIG_FILE = f"{CONFIG_MOUNT}/config.yaml"
@@ -143,6 +149,29 @@ def dataset_item_need(
     )
 
 
+class FailureHint(Struct, frozen=True):
+    """A failure the framework's trainer log shows, explained in the framework's own words.
+
+    ``cw status`` searches a failed container's log for it after cw's own causes (CUDA out of
+    memory, a Hugging Face refusal, an NCCL timeout), so a hint explains what only this framework
+    says.
+
+    Attributes:
+        kind: Stable code of the cause (``cw status -o json``'s ``explanations[].kind``).
+        pattern: A regular expression searched in each log line; the last matching line is shown
+            with the lines before it.
+        summary: A few words for ``cw list`` (``env not installed``).
+        message: What happened, in plain words.
+        fix: What to change, in the config's keys.
+    """
+
+    kind: str
+    pattern: str
+    summary: str
+    message: str
+    fix: str
+
+
 class ResourceDefaults(Struct, frozen=True):
     """Default resources of the trainer for a framework."""
 
@@ -185,6 +214,51 @@ class BaseTrainingFramework(ABC):
     #: cw's launcher resumes from the newest ``checkpoint-N`` in ``output_dir`` (HF Trainer CLIs
     #: that take ``--resume_from_checkpoint``); False for frameworks that resume by themselves.
     launcher_resumes: ClassVar[bool] = False
+    #: Native key of the model's revision (branch, tag or commit), so the estimate reads the
+    #: config.json of that snapshot; None when the framework has none.
+    model_revision_key: ClassVar[str | None] = None
+    #: How the native config spells what the estimate's suggestions and ``cw status``'s advice
+    #: name (the micro batch, gradient checkpointing, LoRA...). None: the advice is in plain
+    #: words, never in another framework's keys, and the estimate lists no config changes.
+    words: ClassVar[ConfigWords | None] = None
+
+    def training_setup(
+        self,
+        native: Mapping[str, Any],
+        training_type: TrainingType,
+        cluster: ClusterSpec,
+        base_dir: Path | None,
+        model_config: Mapping[str, Any] | None,
+    ) -> RunSetup | None:
+        """The run's training setup in neutral terms, for the memory estimate (``cw estimate``
+        and the check before a launch); None (the default) when the framework gives none, and
+        then the run gets no estimate.
+
+        Called only once the model's config.json is found, so it may import what it needs then.
+
+        Args:
+            native: The native config as loaded (defaults merged, old spellings translated).
+            training_type: The training method.
+            cluster: cw's fields: ``gpu`` per node and ``nodes`` (see
+                :func:`cw_cli.frameworks.distributed.trainer_world`), ``services.server``.
+            base_dir: The config's folder (files the config names), None when unknown.
+            model_config: The model's config.json (for ``dtype: auto``, PEFT's default targets).
+
+        Returns:
+            The trainer's :class:`~cw_cli.estimate.memory.TrainingSetup` and the vLLM engine's
+            :class:`~cw_cli.estimate.vllm.VllmSetup` with notes, as a
+            :class:`~cw_cli.estimate.native_setup.RunSetup`; or None.
+        """
+        return None
+
+    @property
+    def describes_training(self) -> bool:
+        """Whether the framework gives a training setup (its class implements ``training_setup``)."""
+        return type(self).training_setup is not BaseTrainingFramework.training_setup
+
+    def failure_hints(self) -> tuple[FailureHint, ...]:
+        """Failures the trainer's log may show that only this framework explains (none by default)."""
+        return ()
 
     def template_dirs(self) -> list[Path]:
         """Folders searched for this framework's templates, first match wins.

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cw_cli.frameworks.base import RunContext
+
+if TYPE_CHECKING:
+    from cw_cli.config.models import ClusterSpec
 
 #: Environment variables the renderer sets in every multi-node trainer pod.
 NODE_RANK_ENV = "CW_NODE_RANK"
@@ -12,9 +17,20 @@ NUM_NODES_ENV = "CW_NUM_NODES"
 MASTER_PORT = 29500
 
 
+def trainer_world(cluster: ClusterSpec) -> tuple[int, int]:
+    """(trainer processes per node, nodes): one process per GPU, at least one per node.
+
+    The one reading of cw's GPU count (``gpu``, which the loader filled from the flag, the
+    native config's own count or the framework's default) that the launch command and the
+    memory estimate share.
+    """
+    return max(1, cluster.gpu or 0), cluster.nodes
+
+
 def total_processes(context: RunContext) -> int:
     """Trainer processes of the run: one per GPU (at least one per node) on every node."""
-    return max(1, context.gpus) * context.cluster.nodes
+    per_node, nodes = trainer_world(context.cluster)
+    return per_node * nodes
 
 
 def accelerate_args(context: RunContext, *, distributed_mode: bool = True) -> list[str]:

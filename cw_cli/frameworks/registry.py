@@ -237,3 +237,26 @@ class FrameworkRegistry:
                 loaded.plugin.cleanup()
             except Exception:  # noqa: BLE001 - cleanup must not mask the command's result
                 pass
+
+
+#: Frameworks already looked up by :func:`framework_named`, per plugin setting (name, folder, disabled).
+_NAMED: dict[tuple[str, str, bool], BaseTrainingFramework | None] = {}
+
+
+def framework_named(name: str) -> BaseTrainingFramework | None:
+    """The framework a run's ``app.kubernetes.io/name`` label names, loaded as ``cw <name>`` would:
+    a built-in alone, else every plugin; None when no framework has that name (or it fails to load).
+
+    For explaining a run after the fact (``cw status``): what its trainer's log means is the
+    framework's to say. Cached per name and plugin setting, so many runs cost one load.
+    """
+    key = (name, str(plugins_dir()), bool(os.environ.get(DISABLE_PLUGINS_ENV)))
+    if key not in _NAMED:
+        registry = FrameworkRegistry()
+        if name in BUILTINS:
+            registry.load_builtin(name)
+        else:
+            registry.load_all()
+        found = registry._frameworks.get(name)
+        _NAMED[key] = found.framework if found is not None else None
+    return _NAMED[key]

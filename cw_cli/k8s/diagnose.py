@@ -13,19 +13,33 @@ timing out.``, huggingface_hub's ``401 Client Error. ... Repository Not Found fo
 (``OOMKilled``, ``ImagePullBackOff``, ``CrashLoopBackOff``, ``Evicted``), the ``DisruptionTarget``
 pod condition and the Job controller's ``BackoffLimitExceeded`` / ``DeadlineExceeded`` /
 ``PodFailurePolicy`` and JobSet's ``ReachedMaxRestarts``.
+
+What only a framework knows comes from the framework the run's ``app.kubernetes.io/name`` label
+names (:func:`cw_cli.frameworks.registry.framework_named`, loaded only when a log or a deadline
+is explained): its keys in the advice (``BaseTrainingFramework.words``: Axolotl's CUDA-OOM fix
+says ``micro_batch_size``, not TRL's ``per_device_train_batch_size``) and the failures its
+trainer's log shows (``BaseTrainingFramework.failure_hints``). A framework that declares no
+words gets the advice in plain words.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct, field
 from msgspec.structs import asdict
 
-from cw_cli.labels import COMPONENT_LABEL, TRAINER
+from cw_cli.estimate.words import ConfigWords, cuda_oom_fix, shorter_run
+from cw_cli.labels import COMPONENT_LABEL, NAME_LABEL, TRAINER
+
+if TYPE_CHECKING:
+    from cw_cli.frameworks.base import BaseTrainingFramework, FailureHint
+
+#: Finds the framework a run's label names (None: no such framework); see :func:`framework_of`.
+FrameworkLookup = Callable[[str], "BaseTrainingFramework | None"]
 
 #: Lines of a container's log shown with an explanation.
 SHOWN_LINES = 5
@@ -137,8 +151,41 @@ def _last_match(lines: list[str], pattern: str) -> int | None:
     return None
 
 
-def explain_log(log: list[str], pod: str | None = None, container: str | None = None) -> Explanation | None:
-    """The cause a failed container's log shows, if it is one cw knows (CUDA OOM, HF token, NCCL)."""
+def framework_of(name: str) -> BaseTrainingFramework | None:
+    """The framework of a run's label, loaded on first use (as ``cw <name>`` loads it)."""
+    from cw_cli.frameworks.registry import framework_named
+
+    return framework_named(name)
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _framework(obj: dict[str, Any], lookup: FrameworkLookup | None) -> BaseTrainingFramework | None:
+    """The framework an object's label names, or None (no label, no such framework)."""
+    name = _labels(obj).get(NAME_LABEL)
+    return (lookup or framework_of)(name) if name else None
+
+
+def explain_log(
+    log: list[str],
+    pod: str | None = None,
+    container: str | None = None,
+    *,
+    words: ConfigWords | None = None,
+    hints: Sequence[FailureHint] = (),
+) -> Explanation | None:
+    """The cause a failed container's log shows, if it is one cw knows (CUDA OOM, HF token, NCCL)
+    or one the run's framework explains.
+
+    Args:
+        log: The log's last lines.
+        pod: The pod, for the explanation.
+        container: The container, for the explanation.
+        words: The framework's keys, for the advice (None: plain words).
+        hints: The framework's own failures, searched after cw's.
+    """
     lines = list(log)
     index = _last_match(lines, _CUDA_OOM)
     if index is not None:
@@ -148,9 +195,7 @@ def explain_log(log: list[str], pod: str | None = None, container: str | None = 
             "cuda-oom",
             "CUDA OOM",
             f"{container or 'the container'} ran out of GPU memory: torch.OutOfMemoryError, CUDA out of memory{wanted}",
-            "lower per_device_train_batch_size (raise gradient_accumulation_steps to keep the same batch), "
-            "set gradient_checkpointing: true, shorten max_length, or spread the model over more GPUs "
-            "(gpu:, nodes:, or a DeepSpeed ZeRO-3 / FSDP config)",
+            cuda_oom_fix(words),
             pod,
             container,
             _around(lines, index),
@@ -203,6 +248,10 @@ def explain_log(log: list[str], pod: str | None = None, container: str | None = 
             container,
             _around(lines, index),
         )
+    for hint in hints:
+        index = _last_match(lines, hint.pattern)
+        if index is not None:
+            return Explanation(hint.kind, hint.summary, hint.message, hint.fix, pod, container, _around(lines, index))
     return None
 
 
@@ -282,7 +331,10 @@ def log_requests(pod: dict[str, Any]) -> list[tuple[str, bool]]:
 
 
 def explain_pod(
-    pod: dict[str, Any], logs: dict[str, list[str]] | None = None, now: datetime | None = None
+    pod: dict[str, Any],
+    logs: dict[str, list[str]] | None = None,
+    now: datetime | None = None,
+    frameworks: FrameworkLookup | None = None,
 ) -> list[Explanation]:
     """What is wrong with one pod, most specific first (empty when nothing is).
 
@@ -290,6 +342,8 @@ def explain_pod(
         pod: The pod, as the API server returns it.
         logs: Container name -> the tail of its log (see :func:`log_requests`); optional.
         now: The current time (for how long an init container has waited).
+        frameworks: Finds the framework the pod's label names (default :func:`framework_of`),
+            asked only when a log is explained.
     """
     logs = logs or {}
     now = now or datetime.now(timezone.utc)
@@ -350,12 +404,17 @@ def explain_pod(
             ))
 
     for cstatus in (status.get("containerStatuses") or []) + (status.get("initContainerStatuses") or []):
-        found += _explain_container(pod, name, role, cstatus, logs.get(cstatus.get("name", "")))
+        found += _explain_container(pod, name, role, cstatus, logs.get(cstatus.get("name", "")), frameworks)
     return found
 
 
 def _explain_container(
-    pod: dict[str, Any], name: str | None, role: str, cstatus: dict[str, Any], log: list[str] | None
+    pod: dict[str, Any],
+    name: str | None,
+    role: str,
+    cstatus: dict[str, Any],
+    log: list[str] | None,
+    frameworks: FrameworkLookup | None,
 ) -> list[Explanation]:
     container = str(cstatus.get("name", "?"))
     state = cstatus.get("state") or {}
@@ -403,7 +462,11 @@ def _explain_container(
         ))
         return found
 
-    from_log = explain_log(log or [], name, container) if log else None
+    from_log = None
+    if log:
+        framework = _framework(pod, frameworks)
+        words, hints = (framework.words, framework.failure_hints()) if framework is not None else (None, ())
+        from_log = explain_log(log, name, container, words=words, hints=hints)
     if reason == "CrashLoopBackOff":
         code = last.get("exitCode")
         restarts = cstatus.get("restartCount", 0)
@@ -440,8 +503,15 @@ def _failed_condition(obj: dict[str, Any], types: tuple[str, ...]) -> dict[str, 
     return None
 
 
-def explain_owner(kind: str, obj: dict[str, Any]) -> list[Explanation]:
-    """Why a trainer Job or a JobSet failed, from its conditions (empty when it has not)."""
+def explain_owner(kind: str, obj: dict[str, Any], frameworks: FrameworkLookup | None = None) -> list[Explanation]:
+    """Why a trainer Job or a JobSet failed, from its conditions (empty when it has not).
+
+    Args:
+        kind: ``Job`` or ``JobSet``.
+        obj: The object, as the API server returns it.
+        frameworks: Finds the framework its label names (default :func:`framework_of`), asked
+            only for a deadline's advice.
+    """
     name = (obj.get("metadata") or {}).get("name")
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     if kind == "JobSet":
@@ -482,7 +552,8 @@ def explain_owner(kind: str, obj: dict[str, Any]) -> list[Explanation]:
         return [Explanation(
             "deadline", "deadline",
             f"{name} ran longer than its deadline{limit} and was stopped: {message}",
-            "raise the Job's activeDeadlineSeconds, or make the run shorter (max_steps); it resumes from the last checkpoint",
+            f"raise the Job's activeDeadlineSeconds, or make the run shorter ({_shorter(obj, frameworks)}); "
+            "it resumes from the last checkpoint",
             None,
         )]
     if reason == "PodFailurePolicy":
@@ -498,11 +569,17 @@ def explain_owner(kind: str, obj: dict[str, Any]) -> list[Explanation]:
     return [Explanation("failed", reason or "failed", f"{name} failed: {message}", "see `cw logs RUN`", None)]
 
 
+def _shorter(obj: dict[str, Any], frameworks: FrameworkLookup | None) -> str:
+    framework = _framework(obj, frameworks)
+    return shorter_run(framework.words if framework is not None else None)
+
+
 def diagnose(
     owners: list[tuple[str, dict[str, Any]]],
     pods: list[dict[str, Any]],
     logs: dict[tuple[str, str], list[str]] | None = None,
     now: datetime | None = None,
+    frameworks: FrameworkLookup | None = None,
 ) -> list[Explanation]:
     """Every explanation of a run, most telling first, one per cause and container role.
 
@@ -511,6 +588,7 @@ def diagnose(
         pods: The run's pods (any order; the newest pod's explanation wins a tie).
         logs: (pod name, container) -> log tail.
         now: The current time.
+        frameworks: Finds the framework the objects' label names (default :func:`framework_of`).
     """
     logs = logs or {}
     found: list[Explanation] = []
@@ -518,9 +596,9 @@ def diagnose(
     for pod in newest_first:
         pod_name = (pod.get("metadata") or {}).get("name", "")
         pod_logs = {container: lines for (p, container), lines in logs.items() if p == pod_name}
-        found += explain_pod(pod, pod_logs, now)
+        found += explain_pod(pod, pod_logs, now, frameworks)
     for kind, obj in owners:
-        found += explain_owner(kind, obj)
+        found += explain_owner(kind, obj, frameworks)
     seen: set[tuple[str, str | None, str]] = set()
     unique = []
     for explanation in found:
@@ -529,7 +607,9 @@ def diagnose(
             seen.add(key)
             unique.append(explanation)
     rank = {kind: i for i, kind in enumerate(PRIORITY)}
-    return sorted(unique, key=lambda e: rank.get(e.kind, len(PRIORITY)))
+    # a framework's own cause explains a failed container better than its exit code does
+    framework_cause = rank["exit-code"] - 0.5
+    return sorted(unique, key=lambda e: rank.get(e.kind, framework_cause))
 
 
 def summary(explanations: list[Explanation]) -> str | None:

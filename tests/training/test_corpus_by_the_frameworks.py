@@ -65,7 +65,7 @@ def test_trl_parses_the_mounted_config_and_leaves_only_accelerate_options(entry,
 
 
 def test_the_trl_key_list_cw_ships_is_the_installed_trls():
-    shipped = json.loads((REPO / "cw_cli" / "frameworks" / "trl_keys.json").read_text())
+    shipped = json.loads((REPO / "cw_cli" / "frameworks" / "trl" / "trl_keys.json").read_text())
     import importlib.metadata as md
 
     if md.version("trl") != shipped["trl"]:
@@ -73,7 +73,7 @@ def test_the_trl_key_list_cw_ships_is_the_installed_trls():
     out = subprocess.run([sys.executable, str(REPO / "tools" / "trl_keys.py")], capture_output=True, text=True, check=True)
     generated = json.loads(out.stdout)
     for key in ("sft", "dpo", "grpo"):
-        assert generated[key] == shipped[key], f"trl {key}: regenerate cw_cli/frameworks/trl_keys.json"
+        assert generated[key] == shipped[key], f"trl {key}: regenerate cw_cli/frameworks/trl/trl_keys.json"
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +117,8 @@ def test_the_axolotl_key_list_cw_ships_is_axolotls_schema(axolotl_python):
     out = subprocess.run([axolotl_python, str(REPO / "tools" / "axolotl_keys.py")], capture_output=True, text=True,
                          timeout=600, env={**os.environ, **OFFLINE_ENV})  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    shipped = (REPO / "cw_cli" / "frameworks" / "axolotl_keys.txt").read_text()
-    assert out.stdout == shipped, "regenerate cw_cli/frameworks/axolotl_keys.txt with tools/axolotl_keys.py"
+    shipped = (REPO / "cw_cli" / "frameworks" / "axolotl" / "axolotl_keys.txt").read_text()
+    assert out.stdout == shipped, "regenerate cw_cli/frameworks/axolotl/axolotl_keys.txt with tools/axolotl_keys.py"
 
 
 VERIFIERS_ENTRIES = [e for e in ACCEPTED if e["framework"] == "verifiers"]

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from cw_cli.frameworks.trl import TRL_WORDS
 from cw_cli.k8s.diagnose import diagnose, explain_log, explain_owner, explain_pod, log_requests, summary
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -115,7 +116,7 @@ def _job(reason, message, failed=1, backoff=2, deadline=None):
 
 
 def test_cuda_oom_in_the_log_names_the_allocation_and_suggests_a_smaller_batch():
-    found = explain_log(CUDA_OOM_LOG, "p", "trainer")
+    found = explain_log(CUDA_OOM_LOG, "p", "trainer", words=TRL_WORDS)
     assert found is not None and found.kind == "cuda-oom" and found.summary == "CUDA OOM"
     assert "3.81 GiB" in found.message
     assert "per_device_train_batch_size" in found.fix and "gradient_checkpointing" in found.fix and "more GPUs" in found.fix

@@ -60,14 +60,14 @@ def test_a_reward_models_classifier_head_has_no_vocabulary_sized_logits():
 
 def test_fsdp_activation_checkpointing_in_an_accelerate_file_counts_as_checkpointing(tmp_path):
     from cw_cli.config.models import ClusterSpec
-    from cw_cli.estimate.native_setup import run_setup
+    from cw_cli.frameworks.trl.setup import read_setup
 
     (tmp_path / "fsdp.yaml").write_text(
         "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n  fsdp_activation_checkpointing: true\n"
         "parallelism_config:\n  parallelism_config_cp_size: 2\n  parallelism_config_dp_shard_size: 4\n"
     )
     native = {"model_name_or_path": "m", "gradient_checkpointing": False, "accelerate_config": "fsdp.yaml"}
-    setup = run_setup("trl", "sft", native, ClusterSpec(gpu=8), tmp_path).setup
+    setup = read_setup("sft", native, ClusterSpec(gpu=8), tmp_path, None).setup
     assert setup is not None
     assert setup.gradient_checkpointing and setup.fsdp
     assert (setup.context_parallel, setup.shard_group) == (2, 8)
@@ -75,12 +75,12 @@ def test_fsdp_activation_checkpointing_in_an_accelerate_file_counts_as_checkpoin
 
 def test_axolotl_n_d_sizes_and_plugins_reach_the_setup():
     from cw_cli.config.models import ClusterSpec
-    from cw_cli.estimate.native_setup import run_setup
+    from cw_cli.frameworks.axolotl.setup import read_setup
 
     native = {"base_model": "m", "tensor_parallel_size": 2, "context_parallel_size": 2, "dp_shard_size": 2,
               "tiled_mlp": True, "plugins": ["axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"],
               "fsdp_config": {"fsdp_version": 2, "activation_checkpointing": True}, "process_reward_model": True}  # fmt: skip
-    setup = run_setup("axolotl", "sft", native, ClusterSpec(gpu=8)).setup
+    setup = read_setup("sft", native, ClusterSpec(gpu=8), None, None).setup
     assert setup is not None
     assert (setup.tensor_parallel, setup.context_parallel, setup.shard_group) == (2, 2, 4)
     assert setup.tiled_mlp and setup.fused_lm_head and setup.gradient_checkpointing and setup.score_labels == 2

@@ -26,8 +26,10 @@ from cw_cli.errors import ClusterUnreachable, Forbidden
 from cw_cli.estimate.from_config import JSON_KEYS, REFUSAL_HEADROOM, ROLE_KEYS, SUGGESTION_KEYS, VERDICT_KEYS, estimate_run
 from cw_cli.estimate.gpu_memory import resolve_gpu_memory
 from cw_cli.estimate.model_config import find_model_config, hf_cache_dirs
-from cw_cli.estimate.native_setup import run_setup
+from cw_cli.frameworks.base import BaseTrainingFramework, TrainingType
+from cw_cli.frameworks.trl import TRLFramework
 
+TRL = TRLFramework()
 CORPUS = REPO / "tests" / "corpus" / "configs"
 MODELS = REPO / "tests" / "fixtures" / "model_configs"
 GIB = 1024**3
@@ -77,9 +79,11 @@ def corpus_run(name: str, framework: str, training_type: str) -> tuple[dict[str,
 
 
 def setup_of(name: str, framework: str, training_type: str):
+    """The setup the framework itself reads from a corpus config (no config.json: PEFT's generic defaults)."""
     native, cluster, base = corpus_run(name, framework, training_type)
-    read = run_setup(framework, training_type, native, cluster, base)
-    assert read.setup is not None, read.skipped
+    fw, kind = builtin_registry().resolve_type(framework, training_type)
+    read = fw.framework.training_setup(native, kind, cluster, base, None)
+    assert read is not None
     return read
 
 
@@ -237,8 +241,21 @@ def test_verifiers_trainer_args():
     assert (s.gpus_per_node, s.micro_batch, s.seq_len) == (2, 8, 4096)  # trainer.gpus
 
 
+class _NoSetupFramework(BaseTrainingFramework):
+    """A plugin's framework that describes no training setup (the default)."""
+
+    name = "myplugin"
+    training_types = (TrainingType.SFT,)
+
+    def default_image(self, training_type):
+        return "example.com/myplugin:1"
+
+    def trainer_command(self, config, context):
+        return ["train"]
+
+
 def test_a_plugin_framework_gets_a_clear_no_estimate():
-    result = estimate_run("myplugin", "sft", {"model_name_or_path": "x"}, ClusterSpec(gpu=1))
+    result = estimate_run(_NoSetupFramework(), "sft", {"model_name_or_path": "x"}, ClusterSpec(gpu=1))
     assert not result.to_dict()["estimated"]
     assert result.skipped is not None and "no estimate for framework 'myplugin'" in result.skipped
     assert set(result.to_dict()) == set(JSON_KEYS) and result.to_dict()["trainer"] is None
@@ -377,7 +394,7 @@ BIG = {"model_name_or_path": "Qwen/Qwen2.5-32B", "dataset_name": "d", "model_ini
 
 def test_a_32b_full_fine_tune_on_one_80gb_gpu_is_clearly_too_big(tmp_path):
     cache = hf_cache(tmp_path / "hub", "Qwen/Qwen2.5-32B")
-    result = estimate_run("trl", "sft", BIG, ClusterSpec(gpu=1), tmp_path, gpu_memory="80GB", cache_dirs=[cache])
+    result = estimate_run(TRL, "sft", BIG, ClusterSpec(gpu=1), tmp_path, gpu_memory="80GB", cache_dirs=[cache])
     assert result.estimate is not None and result.fits is False and result.clearly_too_big
     # 16 bytes per parameter of model states alone: 32.8e9 x 16 = 524 GB
     assert result.estimate.trainer.per_gpu_bytes > 32 * 10**9 * 8
@@ -395,7 +412,7 @@ def test_open_r1s_distill_recipe_fits_the_eight_80gb_gpus_it_trained_on(tmp_path
     native, _, base = corpus_run("openr1-sft-openr1-distill-7b.yaml", "trl", "sft")
     native = {**native, "model_name_or_path": "Qwen/Qwen2.5-7B", "accelerate_config": "zero3"}  # same shape as Qwen2.5-Math-7B
     cache = hf_cache(tmp_path / "hub", "Qwen/Qwen2.5-7B")
-    result = estimate_run("trl", "sft", native, ClusterSpec(gpu=8), base, gpu_memory="80GB", cache_dirs=[cache])
+    result = estimate_run(TRL, "sft", native, ClusterSpec(gpu=8), base, gpu_memory="80GB", cache_dirs=[cache])
     trainer = result.estimate.trainer
     assert result.fits and not result.clearly_too_big
     assert trainer.logits_bytes < 8 * GIB  # the full fp32 logits of 2 x 32,768 tokens would be ~111 GiB
@@ -405,13 +422,13 @@ def test_open_r1s_distill_recipe_fits_the_eight_80gb_gpus_it_trained_on(tmp_path
 def test_a_run_within_the_error_band_is_not_refused(tmp_path):
     cache = hf_cache(tmp_path / "hub", "Qwen/Qwen2.5-7B")
     native = {**BIG, "model_name_or_path": "Qwen/Qwen2.5-7B", "use_peft": True, "per_device_train_batch_size": 1}
-    result = estimate_run("trl", "sft", native, ClusterSpec(gpu=1), gpu_memory=80, cache_dirs=[cache])
+    result = estimate_run(TRL, "sft", native, ClusterSpec(gpu=1), gpu_memory=80, cache_dirs=[cache])
     need = result.estimate.trainer.per_gpu_bytes
     # a GPU just below the need: does not fit, but within the band a launch is not refused
-    tight = estimate_run("trl", "sft", native, ClusterSpec(gpu=1), gpu_memory=f"{need * 0.95 / 2**20:.0f}MiB",
+    tight = estimate_run(TRL, "sft", native, ClusterSpec(gpu=1), gpu_memory=f"{need * 0.95 / 2**20:.0f}MiB",
                          cache_dirs=[cache])  # fmt: skip
     assert tight.fits is False and not tight.clearly_too_big
-    small = estimate_run("trl", "sft", native, ClusterSpec(gpu=1), gpu_memory=f"{need * 0.8 / 2**20:.0f}MiB",
+    small = estimate_run(TRL, "sft", native, ClusterSpec(gpu=1), gpu_memory=f"{need * 0.8 / 2**20:.0f}MiB",
                          cache_dirs=[cache])  # fmt: skip
     assert small.clearly_too_big  # past 1 / (1 + 0.15)
     assert REFUSAL_HEADROOM == -0.15
@@ -419,21 +436,21 @@ def test_a_run_within_the_error_band_is_not_refused(tmp_path):
 
 def test_json_keys_are_stable(tmp_path):
     cache = hf_cache(tmp_path / "hub", "Qwen/Qwen2.5-32B")
-    data = estimate_run("trl", "sft", BIG, ClusterSpec(gpu=1), gpu_memory="80GB", cache_dirs=[cache]).to_dict()
+    data = estimate_run(TRL, "sft", BIG, ClusterSpec(gpu=1), gpu_memory="80GB", cache_dirs=[cache]).to_dict()
     assert tuple(data) == JSON_KEYS
     assert tuple(data["verdict"]) == VERDICT_KEYS and tuple(data["verdict"]["roles"][0]) == ROLE_KEYS
     assert tuple(data["suggestions"][0]) == SUGGESTION_KEYS
     assert data["parameters"] == 32_763_876_352 and data["trainer"]["per_gpu_bytes"] > 0
     assert data["gpu_memory_bytes"] == 80 * 10**9 and data["verdict"]["clearly_too_big"] is True
     json.dumps(data)  # plain JSON
-    skipped = estimate_run("trl", "sft", BIG, ClusterSpec(gpu=1), cache_dirs=[tmp_path / "none"]).to_dict()
+    skipped = estimate_run(TRL, "sft", BIG, ClusterSpec(gpu=1), cache_dirs=[tmp_path / "none"]).to_dict()
     assert tuple(skipped) == JSON_KEYS and skipped["estimated"] is False and skipped["verdict"] is None
     assert "not found" in skipped["skipped"]
 
 
 def test_unknown_gpu_memory_gives_an_estimate_without_a_verdict(tmp_path):
     cache = hf_cache(tmp_path / "hub", "Qwen/Qwen2.5-32B")
-    result = estimate_run("trl", "sft", BIG, ClusterSpec(gpu=1), cache_dirs=[cache])
+    result = estimate_run(TRL, "sft", BIG, ClusterSpec(gpu=1), cache_dirs=[cache])
     assert result.estimate is not None and result.verdict is None and result.fits is None
     assert not result.clearly_too_big and "GPU memory unknown" in result.summary()
 
@@ -558,9 +575,10 @@ import sys
 from pathlib import Path
 from cw_cli.config.models import ClusterSpec
 from cw_cli.estimate.from_config import estimate_run
-result = estimate_run("trl", "sft", {"model_name_or_path": sys.argv[1]}, ClusterSpec(gpu=1), Path(sys.argv[2]),
+from cw_cli.frameworks.trl import TRLFramework
+result = estimate_run(TRLFramework(), "sft", {"model_name_or_path": sys.argv[1]}, ClusterSpec(gpu=1), Path(sys.argv[2]),
                       allow_meta_device=False, cache_dirs=[])
-print(result.estimate is not None, "cw_cli.estimate.native_setup" in sys.modules)
+print(result.estimate is not None, "cw_cli.frameworks.trl.setup" in sys.modules)
 """
 
 

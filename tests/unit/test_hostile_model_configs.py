@@ -24,6 +24,7 @@ from cw_cli.config.models import ClusterSpec
 from cw_cli.errors import ConfigError
 from cw_cli.estimate.from_config import estimate_run
 from cw_cli.estimate.model_config import DIMENSIONS, check_model_config
+from cw_cli.frameworks.trl import TRLFramework
 
 pytest.importorskip("hypothesis")  # the `test` extra; skipped, not failed, without it
 from hypothesis import given, settings  # noqa: E402
@@ -179,7 +180,7 @@ def test_any_config_json_is_estimated_or_refused_with_a_cw_error(config, lora):
         (Path(folder) / "config.json").write_text(json.dumps(config), encoding="utf-8")  # NaN, Infinity as JSON5 does
         native["model_name_or_path"] = folder
         try:
-            result = estimate_run("trl", "sft", native, CLUSTER, gpu_memory="24GB")
+            result = estimate_run(TRLFramework(), "sft", native, CLUSTER, gpu_memory="24GB")
         except ConfigError as error:
             assert error.message.startswith(f"{folder}/config.json: `") and error.hint
             return

@@ -25,7 +25,7 @@ def test_wheel_contains_every_template_and_runtime_file(tmp_path):
     }
     expected |= {f"cw_cli/runtime/{path.name}" for path in (ROOT / "cw_cli" / "runtime").glob("*.py")}
     # The frameworks' key lists (read at validation) and the optional Kueue and JobSet builder modules.
-    expected |= {"cw_cli/frameworks/trl_keys.json", "cw_cli/frameworks/axolotl_keys.txt",
+    expected |= {"cw_cli/frameworks/trl/trl_keys.json", "cw_cli/frameworks/axolotl/axolotl_keys.txt",
                  "cw_cli/tools/kueue/go.mod", "cw_cli/tools/kueue/go.sum", "cw_cli/tools/versions.env",
                  "cw_cli/tools/jobset/go.mod", "cw_cli/tools/jobset/go.sum", "cw_cli/tools/jobset/tools.go"}  # fmt: skip
     assert any(name.startswith("cw_cli/kubeconfigs/common/") for name in expected)

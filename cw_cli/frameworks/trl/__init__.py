@@ -1,14 +1,20 @@
 """TRL: `trl sft|dpo|grpo|kto|reward|rloo|distillation --config ...`, with a vLLM generation server and a reward
-server for the types that generate online (GRPO, RLOO)."""
+server for the types that generate online (GRPO, RLOO).
+
+Everything cw knows of TRL is in this package: the framework (here), the keys `trl` reads
+(``trl_keys.json``), how its config reads for the memory estimate (``setup.py``, loaded only when
+an estimate is made) and its words for suggestions and failure advice (:data:`TRL_WORDS`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cw_cli import __version__
+from cw_cli.estimate.words import ConfigWords
 from cw_cli.frameworks.base import (
     CONFIG_FILE,
     CONFIG_MOUNT,
@@ -31,6 +37,10 @@ from cw_cli.frameworks.runtime_files import (
 )
 from cw_cli.frameworks.servers import server_sizing
 from cw_cli.types import CODE_MOUNT
+
+if TYPE_CHECKING:
+    from cw_cli.config.models import ClusterSpec
+    from cw_cli.estimate.native_setup import RunSetup
 
 TRL_IMAGE = "huggingface/trl:1.16.0"  # TRL's own image (built from its docker/trl); no vLLM inside
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
@@ -56,6 +66,24 @@ RECIPE_SCRIPT_FIX = (
 )
 #: What configs written for one machine put in `vllm_server_host` (TRL's default is 0.0.0.0).
 LOCAL_HOSTS = ("0.0.0.0", "localhost", "127.0.0.1")
+#: TRL's keys for what cw's memory suggestions and failure advice name.
+TRL_WORDS = ConfigWords(
+    micro_batch="per_device_train_batch_size",
+    accumulation="gradient_accumulation_steps",
+    checkpointing="gradient_checkpointing",
+    bf16_weights=("dtype: bfloat16",),
+    length="max_length",
+    completion="max_completion_length",
+    optimizer="optim",
+    lora=("use_peft: true",),
+    qlora=("use_peft: true", "load_in_4bit: true"),
+    zero3="accelerate_config: zero3",
+    zero3_offload="accelerate_config: <a DeepSpeed ZeRO-3 file with offload_optimizer_device: cpu and "
+    "offload_param_device: cpu>",
+    vllm_max_model_len="vllm_max_model_length",
+    vllm_gpu_memory_utilization="vllm_gpu_memory_utilization",
+    max_steps="max_steps",
+)
 
 
 class TRLFramework(BaseTrainingFramework):
@@ -75,6 +103,8 @@ class TRLFramework(BaseTrainingFramework):
     )
     aliases = {"rlhf": TrainingType.GRPO}
     launcher_resumes = True
+    model_revision_key = "model_revision"
+    words = TRL_WORDS
     module_keys = (("reward_funcs",),)
     file_keys = (
         ("accelerate_config",),
@@ -89,6 +119,18 @@ class TRLFramework(BaseTrainingFramework):
 
     def default_image(self, training_type: TrainingType) -> str:
         return TRL_IMAGE
+
+    def training_setup(
+        self,
+        native: Mapping[str, Any],
+        training_type: TrainingType,
+        cluster: ClusterSpec,
+        base_dir: Path | None,
+        model_config: Mapping[str, Any] | None,
+    ) -> RunSetup:
+        from cw_cli.frameworks.trl.setup import read_setup  # only an estimate reads the config this way
+
+        return read_setup(training_type.value, native, cluster, base_dir, model_config)
 
     def known_native_keys(self) -> frozenset[str]:
         return every_trl_key()  # what `trl` reads is no misspelt cw field, whatever it looks like
@@ -473,8 +515,9 @@ def trl_dataset_references(
     ]
 
 
-def wants_vllm_server(native: dict[str, Any], services: Collection[str]) -> bool:
-    """Whether a GRPO or RLOO config generates with a separate vLLM server.
+def wants_vllm_server(native: Mapping[str, Any], services: Collection[str]) -> bool:
+    """Whether a GRPO or RLOO config generates with a separate vLLM server (the launch's rule,
+    which the memory estimate follows too).
 
     TRL's own defaults are ``use_vllm: false`` and ``vllm_mode: colocate`` (TRL 1.16): only a
     config that asks for server mode, or configures ``services.server``, gets one.

@@ -8,17 +8,23 @@ variables. ``inference.gpus`` and ``trainer.gpus`` size the server and trainer p
 0.1.9.post3 is the newest PyPI release whose trainer and
 ``vf-vllm`` are in the package (later releases moved them out, and no longer publish them on PyPI), so
 cw pins it and installs it over the vLLM image it was built against when the image lacks it.
+
+Everything cw knows of verifiers is in this package: the framework (here), how its config reads
+for the memory estimate (``setup.py``, loaded only when an estimate is made) and its words for
+suggestions and failure advice (:data:`VERIFIERS_WORDS`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgspec.structs import replace
 
 from cw_cli import __version__
+from cw_cli.estimate.words import ConfigWords
 from cw_cli.frameworks.base import (
     CONFIG_MOUNT,
     BaseTrainingFramework,
@@ -30,6 +36,10 @@ from cw_cli.frameworks.distributed import accelerate_args, total_processes
 from cw_cli.frameworks.plugin import SimplePlugin
 from cw_cli.frameworks.servers import server_sizing
 from cw_cli.frameworks.tracking import Tracking, from_trainer_args
+
+if TYPE_CHECKING:
+    from cw_cli.config.models import ClusterSpec
+    from cw_cli.estimate.native_setup import RunSetup
 
 VERIFIERS_VERSION = "0.1.9.post3"
 #: vLLM 0.10.2 ships torch 2.8, the versions verifiers' `rl` extra asks for (vllm<0.11, torch<2.9).
@@ -85,6 +95,22 @@ MAX_COUNT = 2**31 - 1
 #: vf-rl's GPU counts (key -> cw's field it sizes); cw's own bound, a node's GPUs.
 GPU_COUNTS = {"inference.gpus": "services.server.gpu", "trainer.gpus": "gpu"}
 MAX_GPUS = 64
+#: verifiers' keys for what cw's memory suggestions and failure advice name. RLConfig has no
+#: gradient accumulation, no QLoRA and no CPU offload: the estimate suggests none of them.
+VERIFIERS_WORDS = ConfigWords(
+    micro_batch="trainer.args.micro_batch_size",
+    checkpointing="trainer.args.gradient_checkpointing",
+    bf16_weights=("trainer.args.bf16: true",),
+    length="trainer.args.max_seq_len",
+    completion="trainer.args.max_tokens",
+    optimizer="trainer.args.optim",
+    lora=("trainer.args.use_lora: true",),
+    zero3="accelerate_config: zero3",
+    vllm_max_model_len="inference.args.max_model_len",
+    vllm_gpu_memory_utilization="inference.args.gpu_memory_utilization",
+    max_steps="trainer.args.max_steps",
+    gpus="trainer.gpus",
+)
 
 
 #: Keys that only prime-rl's `rl` TOML has (its GPU id lists and async orchestrator).
@@ -171,9 +197,22 @@ class VerifiersFramework(BaseTrainingFramework):
     config_file_name = CONFIG_NAME
     model_key = "model"
     output_keys = (("trainer", "args", "output_dir"),)
+    words = VERIFIERS_WORDS
 
     def default_image(self, training_type: TrainingType) -> str:
         return VERIFIERS_IMAGE
+
+    def training_setup(
+        self,
+        native: Mapping[str, Any],
+        training_type: TrainingType,
+        cluster: ClusterSpec,
+        base_dir: Path | None,
+        model_config: Mapping[str, Any] | None,
+    ) -> RunSetup:
+        from cw_cli.frameworks.verifiers.setup import read_setup  # only an estimate reads the config this way
+
+        return read_setup(training_type.value, native, cluster, base_dir, model_config)
 
     def native_defaults(self, training_type: TrainingType) -> dict[str, Any]:
         # RLConfig reports to wandb by default, which fails in a pod without a login; opt in

@@ -1,14 +1,20 @@
 """Axolotl: `axolotl train` for SFT, preference tuning (DPO, IPO, KTO, ORPO, SimPO) and GRPO,
-`axolotl vllm-serve` as GRPO's generation server."""
+`axolotl vllm-serve` as GRPO's generation server.
+
+Everything cw knows of Axolotl is in this package: the framework (here), the keys of its schema
+(``axolotl_keys.txt``), how its config reads for the memory estimate (``setup.py``, loaded only
+when an estimate is made) and its words for suggestions and failure advice (:data:`AXOLOTL_WORDS`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cw_cli import __version__
+from cw_cli.estimate.words import ConfigWords
 from cw_cli.frameworks.base import (
     CONFIG_FILE,
     BaseTrainingFramework,
@@ -18,10 +24,14 @@ from cw_cli.frameworks.base import (
     TrainingType,
     dataset_item_need,
 )
-from cw_cli.frameworks.distributed import accelerate_args, total_processes
+from cw_cli.frameworks.distributed import accelerate_args, total_processes, trainer_world
 from cw_cli.frameworks.plugin import SimplePlugin
 from cw_cli.frameworks.servers import server_sizing
 from cw_cli.frameworks.tracking import Tracking
+
+if TYPE_CHECKING:
+    from cw_cli.config.models import ClusterSpec
+    from cw_cli.estimate.native_setup import RunSetup
 
 AXOLOTL_IMAGE = "axolotlai/axolotl:0.21.0"
 VLLM_PORT = 8000
@@ -42,6 +52,23 @@ PARALLEL_KEYS = ("dp_shard_size", "dp_replicate_size", "tensor_parallel_size", "
 #: GPUs per node cw sizes multi-node Axolotl runs with (its 8-GPU nodes).
 GPUS_PER_NODE = 8
 KEYS_FILE = Path(__file__).with_name("axolotl_keys.txt")
+#: Axolotl's keys for what cw's memory suggestions and failure advice name.
+AXOLOTL_WORDS = ConfigWords(
+    micro_batch="micro_batch_size",
+    accumulation="gradient_accumulation_steps",
+    checkpointing="gradient_checkpointing",
+    bf16_weights=("bf16: true",),
+    length="sequence_len",
+    completion="trl.max_completion_length",
+    optimizer="optimizer",
+    lora=("adapter: lora", "lora_target_linear: true"),
+    qlora=("adapter: qlora", "load_in_4bit: true", "lora_target_linear: true"),
+    zero3="deepspeed: deepspeed_configs/zero3_bf16.json",
+    zero3_offload="deepspeed: deepspeed_configs/zero3_bf16_cpuoffload_all.json",
+    vllm_max_model_len="vllm.max_model_len",
+    vllm_gpu_memory_utilization="vllm.gpu_memory_utilization",
+    max_steps="max_steps",
+)
 
 
 class AxolotlFramework(BaseTrainingFramework):
@@ -57,6 +84,8 @@ class AxolotlFramework(BaseTrainingFramework):
         **{method: TrainingType.GRPO for method in ONLINE_METHODS if method != "grpo"},
     }
     model_key = "base_model"
+    model_revision_key = "revision_of_model"
+    words = AXOLOTL_WORDS
     module_keys = (("trl", "reward_funcs"), ("datasets", "*", "type"))
     file_keys = (
         ("deepspeed",),
@@ -72,6 +101,18 @@ class AxolotlFramework(BaseTrainingFramework):
 
     def default_image(self, training_type: TrainingType) -> str:
         return AXOLOTL_IMAGE
+
+    def training_setup(
+        self,
+        native: Mapping[str, Any],
+        training_type: TrainingType,
+        cluster: ClusterSpec,
+        base_dir: Path | None,
+        model_config: Mapping[str, Any] | None,
+    ) -> RunSetup:
+        from cw_cli.frameworks.axolotl.setup import read_setup  # only an estimate reads the config this way
+
+        return read_setup(training_type.value, native, cluster, base_dir, model_config)
 
     def required_keys(self, training_type: TrainingType) -> list[tuple[str, ...]]:
         return [("base_model",), ("datasets",)]
@@ -249,8 +290,9 @@ def _command_for(method: object) -> TrainingType | None:
     return None
 
 
-def wants_vllm_server(native: dict[str, Any], services: Collection[str]) -> bool:
-    """Whether an Axolotl GRPO config generates with a separate `axolotl vllm-serve` server.
+def wants_vllm_server(native: Mapping[str, Any], services: Collection[str]) -> bool:
+    """Whether an Axolotl GRPO config generates with a separate `axolotl vllm-serve` server (the
+    launch's rule, which the memory estimate follows too).
 
     Axolotl forwards ``trl.use_vllm`` (default false) and ``trl.vllm_mode`` (unset: TRL's
     default, colocate) to TRL: a server only for ``vllm_mode: server`` or a ``services.server``
@@ -306,7 +348,8 @@ def _check_parallel_sizes(native: dict[str, Any], context: RunContext) -> None:
     if product == 1:
         return
     gpus = total_processes(context)
-    where = f"{max(1, context.gpus)} GPU(s) x {context.cluster.nodes} node(s) = {gpus}"
+    per_node_now, nodes_now = trainer_world(context.cluster)
+    where = f"{per_node_now} GPU(s) x {nodes_now} node(s) = {gpus}"
     sizes = " x ".join(written)
     per_node, nodes = _layout(product)
     if _count(native.get("dp_shard_size")) is not None and gpus != product:
