@@ -6,8 +6,8 @@ first file that defines a cluster, user or context name wins it whole, the first
 the directory of the file that defined the entry. It returns the resolved :class:`Credentials`
 of one context, with file contents read and an exec plugin already run.
 
-What only the official client handles (``auth-provider``, ``proxy-url``, and combinations kubectl
-itself refuses but the official client accepts) raises :class:`Unsupported`, so the caller can
+What only the official client handles (``auth-provider``, and combinations kubectl itself
+refuses but the official client accepts) raises :class:`Unsupported`, so the caller can
 fall back to it and behave as before. Impersonation (``as``...) is read here: the official client
 would drop it, so with anything it alone handles it is an error.
 """
@@ -103,7 +103,9 @@ class Credentials(Struct, frozen=True):
         password: Basic auth password.
         exec_plugin: The plugin that made ``token`` or the client certificate.
         expires: When the plugin's credential expires (epoch seconds), or None.
-        proxy: An HTTP proxy URL (only from the official client's configuration).
+        proxy: The cluster's ``proxy-url``, an http:// proxy used for every request, whatever
+            ``HTTPS_PROXY`` and ``NO_PROXY`` say (kubectl's rule); without one the transport
+            takes the environment's proxy (:func:`cw_cli.k8s.transport.proxy_for`).
         impersonate: The Impersonate-* headers of the user's ``as``, ``as-groups``, ``as-uid`` and
             ``as-user-extra`` (kubectl's), one pair per header line: a group is one line each.
     """
@@ -260,8 +262,7 @@ def _file_or_data(body: dict[str, Any], key: str, origin: str, what: str) -> byt
 def _cluster(name: str, entry: _Entry) -> dict[str, Any]:
     """The cluster's fields that matter, with its CA read."""
     body = entry.body
-    if body.get("proxy-url"):
-        raise Unsupported(f"cluster {name!r} uses proxy-url")
+    proxy = _proxy_url(name, entry)
     server = str(body.get("server") or "").rstrip("/")
     if not server:
         raise KubeconfigError(f"cluster {name!r} has no server")
@@ -273,7 +274,35 @@ def _cluster(name: str, entry: _Entry) -> dict[str, Any]:
     if insecure and ca:  # kubectl refuses a CA with the insecure flag; the official client ignores the CA
         raise Unsupported(f"cluster {name!r} sets both a CA and insecure-skip-tls-verify")
     return {"server": server, "ca": ca, "insecure": insecure, "tls_server_name": body.get("tls-server-name") or None,
-            "https": https, "body": body}  # fmt: skip
+            "https": https, "proxy": proxy, "body": body}  # fmt: skip
+
+
+def _proxy_url(name: str, entry: _Entry) -> str | None:
+    """A cluster's ``proxy-url``: http:// only (cw's transport opens a plain CONNECT tunnel).
+
+    Raises:
+        KubeconfigError: An https:// or socks5:// proxy (kubectl's other two), or anything else,
+            naming the file and the field.
+    """
+    value = entry.body.get("proxy-url")
+    if not value:
+        return None
+    from urllib.parse import urlsplit  # loaded with the transport anyway
+
+    url = str(value).strip()
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        parts = None
+    where = f"{entry.origin}: cluster {name!r} proxy-url {url!r}"
+    if parts is None or parts.scheme not in ("http", "https", "socks5") or not parts.hostname:
+        raise KubeconfigError(f"{where} is not a proxy URL", hint="write it as http://HOST:PORT, as kubectl requires")
+    if parts.scheme != "http":
+        raise KubeconfigError(f"{where}: cw connects through http:// proxies only, not {parts.scheme}",
+                              hint="use an http:// proxy in proxy-url, or remove proxy-url and reach the API server "
+                              "another way (kubectl also takes https:// and socks5://)")  # fmt: skip
+    return url
 
 
 def _exec_plugin(name: str, entry: _Entry, cluster: dict[str, Any]) -> ExecPlugin:
@@ -308,6 +337,8 @@ def _exec_cluster(cluster: dict[str, Any]) -> dict[str, Any]:
         info["tls-server-name"] = cluster["tls_server_name"]
     if cluster["insecure"]:
         info["insecure-skip-tls-verify"] = True
+    if cluster["proxy"]:
+        info["proxy-url"] = cluster["proxy"]
     if cluster["ca"]:
         info["certificate-authority-data"] = base64.b64encode(cluster["ca"]).decode("ascii")
     if body.get("disable-compression"):
@@ -432,7 +463,7 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Credentia
         raise
     return Credentials(
         server=cluster["server"], context=name, namespace=ctx.get("namespace") or None, ca_data=cluster["ca"],
-        insecure=cluster["insecure"], tls_server_name=cluster["tls_server_name"], **user,
+        insecure=cluster["insecure"], tls_server_name=cluster["tls_server_name"], proxy=cluster["proxy"], **user,
     )  # fmt: skip
 
 

@@ -361,7 +361,6 @@ def test_context_flag_namespace_and_unknown_context(tmp_path):
 
 @pytest.mark.parametrize("user,cluster", [
     ({"auth-provider": {"name": "oidc", "config": {"id-token": "x"}}}, {}),
-    ({"token": "t"}, {"proxy-url": "http://proxy:3128"}),
     ({"token": "t", "username": "u", "password": "p"}, {}),
     ({"token": "t", "exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "x"}}, {}),
     ({"exec": {"apiVersion": "client.authentication.k8s.io/v1alpha1", "command": "x"}}, {}),
