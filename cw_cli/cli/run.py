@@ -114,7 +114,9 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
             _check_gpu_memory(gpu_memory)  # before anything is printed or planned
         if local and gpu is None:
             gpu = _local_gpu_count()  # the config's GPU count is for cluster nodes, not this machine
-        session = None if (dry_run or local) else api.Session(context=context, namespace=namespace, registry=registry)
+        # A dry run has a session too: a multi-node or queued run's workload depends on what the
+        # cluster serves, so the dry run asks it where it can (and says so where it cannot).
+        session = None if local else api.Session(context=context, namespace=namespace, registry=registry)
         options: dict[str, Any] = dict(
             name=name, namespace=namespace, gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull,
             set=list(set_), services=services, ttl=ttl, timeout=timeout, resume=resume, local=local,
@@ -131,7 +133,7 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
         if session is None:
             planned = api.plan(source, framework_name, type_name, registry=registry, **options)
         else:
-            planned = session.plan(source, framework_name, type_name, **options)
+            planned = session.plan(source, framework_name, type_name, if_reachable=dry_run, **options)
         _print_notices(planned.notices)
         if dry_run:
             verdict = _estimate_lines([planned], gpu_memory)  # first: a model config.json it refuses prints nothing
@@ -205,7 +207,7 @@ def _sweep(
     if session is None:
         planned = api.plan_sweep(config, framework_name, type_name, sweep=flags, name=name, registry=registry, **options)
     else:
-        planned = session.plan_sweep(config, framework_name, type_name, sweep=flags, name=name, **options)
+        planned = session.plan_sweep(config, framework_name, type_name, sweep=flags, name=name, if_reachable=dry_run, **options)
     _print_notices(planned.runs[0].notices)
     if dry_run:
         verdict = _estimate_lines(planned.runs, memory.gpu_memory)

@@ -109,6 +109,7 @@ class Kube:
     def __init__(self, transport: Transport, namespace: str) -> None:
         self.transport = transport
         self.namespace = namespace
+        self._served: dict[str, bool] = {}  # discovery answers (see serves)
 
     @property
     def host(self) -> str:
@@ -217,13 +218,22 @@ class Kube:
         except NotFound:
             return None
 
-    def serves(self, group_version_path: str) -> bool:
-        """Whether the API server serves an API group version (e.g. a CRD's), by discovery."""
-        try:
-            self.request("GET", group_version_path, what=f"discover {group_version_path}")
-        except NotFound:
-            return False
-        return True
+    def serves(self, group_version_path: str, timeout: tuple[float, float] | None = None) -> bool:
+        """Whether the API server serves an API group version (e.g. a CRD's), by discovery.
+
+        Asked once per connection (a sweep's runs share the answer).
+
+        Args:
+            group_version_path: e.g. ``/apis/jobset.x-k8s.io/v1alpha2``.
+            timeout: (connect, read) seconds; default :func:`request_timeout`.
+        """
+        if group_version_path not in self._served:
+            try:
+                self.request("GET", group_version_path, what=f"discover {group_version_path}", timeout=timeout)
+                self._served[group_version_path] = True
+            except NotFound:
+                self._served[group_version_path] = False
+        return self._served[group_version_path]
 
     def list(
         self, kind: str, label_selector: str | None = None, field_selector: str | None = None, all_namespaces: bool = False
@@ -359,10 +369,11 @@ def connect(target: ClusterTarget) -> Kube:
     """Load the kubeconfig (the target's, else ``$KUBECONFIG``, else ``~/.kube/config``) and bind to a namespace.
 
     The kubeconfig is read by :mod:`cw_cli.k8s.kubeconfig` with kubectl's rules; only what it
-    does not support (``auth-provider``, ``proxy-url``, impersonation, ...) goes through the
-    official ``kubernetes`` client's loader. Either way, requests go through
-    :class:`~cw_cli.k8s.transport.Transport`. ``$KUBECONFIG`` is read at each call, so a program
-    that sets it later still gets the cluster it names.
+    does not support (``auth-provider``, ...) goes through the official ``kubernetes`` client's
+    loader. Either way, requests go through :class:`~cw_cli.k8s.transport.Transport`, which picks
+    the proxy as kubectl does (``proxy-url``, else ``HTTPS_PROXY`` / ``NO_PROXY``, never for
+    loopback). ``$KUBECONFIG`` is read at each call, so a program that sets it later still gets
+    the cluster it names.
 
     Raises:
         ClusterUnreachable: No kubeconfig, or the context does not exist.
@@ -421,6 +432,9 @@ def _connect_with_official_client(target: ClusterTarget) -> tuple[Transport, str
                 known = ", ".join(c["name"] for c in contexts) or "none"
                 raise ClusterUnreachable(f"no context {target.context!r} in the kubeconfig", hint=f"contexts: {known}")
         configuration = kube_client.Configuration()
+        # Only the kubeconfig's proxy-url may fill it: the transport reads the environment's proxy
+        # with kubectl's rules, not the official client's (see Transport.from_configuration).
+        configuration.proxy = None
         kube_config.load_kube_config(
             config_file=config_file, context=chosen["name"] if chosen else None, client_configuration=configuration
         )

@@ -65,7 +65,6 @@ from cw_cli.labels import (
     object_names,
 )
 from cw_cli.render.dataset_check import check_datasets
-from cw_cli.render.jobset import GROUP_VERSION_PATH as JOBSET_API
 from cw_cli.render.jobset import gang, trainer_address
 from cw_cli.render.keeper import (
     keeper_container,
@@ -91,6 +90,7 @@ from cw_cli.render.tracking import (
     wandb_url,
 )
 from cw_cli.render.user_code import CODE_ARCHIVE, code_pythonpath, code_setup, script_in_pod, shipped_code
+from cw_cli.render.workload import ClusterFacts, Workload, choose_workload
 
 #: Seconds a run's trainer waits for its servers (and cw for them) unless --timeout says otherwise.
 DEFAULT_SERVICES_TIMEOUT_S = 1800
@@ -112,7 +112,8 @@ class RunRequest(Struct, frozen=True):
         services_timeout_s: How long the trainer waits for its servers to answer before it fails.
         resume_changed_config: ``--resume``: continue the checkpoints in the run's folder even
             if they were written under another config.
-        jobset_available: Whether the cluster serves JobSet (None: not asked, a dry run).
+        facts: What the cluster serves (JobSet, Kueue), as far as the workload choice needs it;
+            empty when it was not asked (an offline plan).
         sweep: The sweep the run belongs to (its label, and the W&B group).
     """
 
@@ -126,7 +127,7 @@ class RunRequest(Struct, frozen=True):
     services_lifetime_s: int | None = None
     services_timeout_s: int = DEFAULT_SERVICES_TIMEOUT_S
     resume_changed_config: bool = False
-    jobset_available: bool | None = None
+    facts: ClusterFacts = ClusterFacts()
     sweep: str | None = None
 
 
@@ -139,23 +140,29 @@ class Plan(Struct):
             ``--services``) first.
         service_deployments: Names of the Deployments that must be Ready before the trainer starts.
         trainer_job: Name of the trainer Job (or of the JobSet), or None with ``--services``.
-        owner_kind: Kind of the run's owner object: ``Job``, ``JobSet`` or, with ``--services``,
-            ``ConfigMap``.
+        workload: The workload strategy the run was rendered for (Job or JobSet, queued or not).
         gang_servers: Replicated Jobs of the JobSet that are servers (Ready before the trainer).
-        managed_suspend: Whether cw releases the suspended Job itself (False under Kueue, which
-            admits the Job instead).
         notices: What cw changed or decided that the user should read before the run starts
             (a moved output folder, shipped files, outputs that will not be kept).
     """
 
     run_name: str
+    workload: Workload
     manifests: list[dict[str, Any]] = field(default_factory=list)
     service_deployments: list[str] = field(default_factory=list)
     trainer_job: str | None = None
-    owner_kind: str = "Job"
     gang_servers: list[str] = field(default_factory=list)
-    managed_suspend: bool = True
     notices: list[str] = field(default_factory=list)
+
+    @property
+    def owner_kind(self) -> str:
+        """Kind of the run's owner object: ``Job``, ``JobSet`` or, with ``--services``, ``ConfigMap``."""
+        return self.workload.owner_kind
+
+    @property
+    def managed_suspend(self) -> bool:
+        """Whether cw releases the suspended Job itself (False under Kueue, which admits it)."""
+        return self.workload.managed_suspend
 
     def to_yaml(self) -> str:
         """The manifests as multi-document YAML."""
@@ -382,41 +389,6 @@ def _volume_choice(request: RunRequest, framework: BaseTrainingFramework) -> lis
     )
 
 
-def _use_jobset(request: RunRequest, has_services: bool) -> tuple[bool, list[str]]:
-    """Whether the run is a JobSet, and what the user should know about that choice."""
-    cluster = request.config.cluster
-    if request.services_only or request.local:
-        return False, []
-    if cluster.jobset is True:
-        if request.jobset_available is False:
-            raise ConfigError(
-                [f"{request.config.path}: `jobset: true`, but this cluster does not serve JobSet ({JOBSET_API})"],
-                hint="install JobSet (https://jobset.sigs.k8s.io), or set `jobset: auto`",
-            )
-        return True, []
-    if cluster.jobset is False:
-        return False, []
-    wanted = cluster.nodes > 1 or (cluster.queue is not None and has_services)
-    if not wanted:
-        return False, []
-    if request.jobset_available:
-        return True, []
-    if request.jobset_available is None:
-        return False, [
-            "`jobset: auto`: this output shows the run as a Job and Deployments; a launch on a cluster that serves "
-            "JobSet makes it one JobSet (set `jobset: true` to print that form)"
-        ]
-    notes = []
-    if cluster.nodes > 1:
-        notes.append("JobSet is not installed: the nodes run as an indexed Job, and a failed rank fails the run")
-    if cluster.queue is not None and has_services:
-        notes.append(
-            "JobSet is not installed: Kueue admits only the trainer, and the servers take their GPUs outside the "
-            "queue's quota"
-        )
-    return False, notes
-
-
 #: cw's pod-side files a run's ConfigMap may carry: a user's file may not take their names.
 RUNTIME_KEYS = (PIP_FILE, ENTRYPOINT_FILE, KEEPER_FILE, CODE_FILE, CODE_ARCHIVE)
 
@@ -477,40 +449,40 @@ def build_plan(request: RunRequest) -> Plan:
         services_only=request.services_only,
     )
     output = _framework_output(request, context)
-    use_jobset, jobset_notes = _use_jobset(request, bool(output.services))
-    files = _configmap_files(request, output, use_jobset)
+    workload = choose_workload(
+        request.config.path, cluster, services_only=request.services_only, local=request.local,
+        has_services=bool(output.services), facts=request.facts,
+    )  # fmt: skip
+    files = _configmap_files(request, output, workload)
     _check_modes(request, output.services)
     plan = Plan(
         run_name=request.run_name,
-        managed_suspend=cluster.queue is None,
-        notices=[*request.config.notices, *_volume_choice(request, request.framework.framework), *output.notices, *jobset_notes],
+        workload=workload,
+        notices=[*request.config.notices, *_volume_choice(request, request.framework.framework), *output.notices, *workload.notes],
     )
     data, binary_data, config_items = configmap_payload(files)
     scope = _scope(request, context, config_items)
     names = context.names
-    trainer_job = None if request.services_only else _trainer_job(scope, output, use_jobset)
-    if trainer_job is not None and not use_jobset:
+    trainer_job = None if request.services_only else _trainer_job(scope, output, workload)
+    if trainer_job is not None and not workload.gang:
         plan.manifests.append(trainer_job)
         plan.trainer_job = names["trainer"]
     plan.manifests.append(scope.render("configmap", {"files": data, "binary_files": binary_data}, "ConfigMap", names["config"]))
-    if not request.services_only and cluster.nodes > 1 and not use_jobset:
+    if not request.services_only and cluster.nodes > 1 and not workload.gang:
         plan.manifests.append(scope.render("headless_service", {}, "Service", names["nodes"]))
     server_names = [f"{request.run_name}-{service.role}" for service in output.services]
     keeper_account = cluster.service_account or names["keeper"]
-    if output.services and not use_jobset:
+    if output.services and not workload.gang:
         plan.manifests += _keeper_rbac(request, scope.common, scope.dirs, scope.templates, server_names, keeper_account)
     plan.manifests.append(scope.render("networkpolicy", {}, "NetworkPolicy", names["network"]))
-    gang_servers = _servers(scope, plan, output, use_jobset, keeper_account)
-    if use_jobset and trainer_job is not None:
+    gang_servers = _servers(scope, plan, output, workload, keeper_account)
+    if workload.gang and trainer_job is not None:
         jobset_labels = {**scope.labels, COMPONENT_LABEL: TRAINER}
-        if cluster.queue:
-            jobset_labels[KUEUE_QUEUE_LABEL] = cluster.queue
+        if workload.queue:
+            jobset_labels[KUEUE_QUEUE_LABEL] = workload.queue
         plan.manifests.insert(0, gang(request.run_name, jobset_labels, trainer_job, gang_servers, cluster.max_restarts))
         plan.trainer_job = request.run_name
-        plan.owner_kind = "JobSet"
         plan.gang_servers = [role for role, _ in gang_servers]
-    elif request.services_only:
-        plan.owner_kind = "ConfigMap"
     if plan.trainer_job is not None:
         _link_tracking(plan, request, context)
     _record_kinds(plan)
@@ -592,14 +564,14 @@ def _own_script(
     return ran
 
 
-def _configmap_files(request: RunRequest, output: _FrameworkOutput, use_jobset: bool) -> list[ShippedFile]:
+def _configmap_files(request: RunRequest, output: _FrameworkOutput, workload: Workload) -> list[ShippedFile]:
     """The ConfigMap's files: the framework's and the user's, plus cw's pod-side files the run uses."""
     runtime = []
     if output.requirements:
         runtime.append(PIP_FILE)
     if not request.services_only:
         runtime.append(ENTRYPOINT_FILE)
-    if output.services and not use_jobset:  # a JobSet stops its servers itself
+    if output.services and not workload.gang:  # a JobSet stops its servers itself
         runtime.append(KEEPER_FILE)
     if request.config.cluster.code is not None and not request.services_only:
         runtime.append(CODE_FILE)
@@ -668,7 +640,7 @@ def _scope(request: RunRequest, context: RunContext, config_items: list[dict[str
     )
 
 
-def _trainer_job(scope: _Scope, output: _FrameworkOutput, use_jobset: bool) -> dict[str, Any]:
+def _trainer_job(scope: _Scope, output: _FrameworkOutput, workload: Workload) -> dict[str, Any]:
     """The trainer's Job (one pod per node), with init containers that wait for the servers."""
     request, context = scope.request, scope.context
     framework = request.framework.framework
@@ -698,11 +670,11 @@ def _trainer_job(scope: _Scope, output: _FrameworkOutput, use_jobset: bool) -> d
         scope.secret_refs,
     )
     if cluster.nodes > 1:
-        master = trainer_address(request.run_name) if use_jobset else f"{names['trainer']}-0.{names['nodes']}"
+        master = trainer_address(request.run_name) if workload.gang else f"{names['trainer']}-0.{names['nodes']}"
         trainer_env += _multi_node_env(master, cluster.nodes)
     job_labels = {**scope.labels, COMPONENT_LABEL: TRAINER}
-    if cluster.queue and not use_jobset:
-        job_labels[KUEUE_QUEUE_LABEL] = cluster.queue
+    if workload.queue and not workload.gang:
+        job_labels[KUEUE_QUEUE_LABEL] = workload.queue
     shm_size = _shm_size(cluster.shm_size, cluster.memory)
     volumes, mounts = pod_volumes(cluster, names["config"], scope.config_items, shm_size, trainer=True)
     command = output.script_command or framework.trainer_command(output.prepared, context)
@@ -722,7 +694,7 @@ def _trainer_job(scope: _Scope, output: _FrameworkOutput, use_jobset: bool) -> d
     }
     waits = [
         _wait_container(service, f"{request.run_name}-{service.role}", scope.image, scope.pull_policy,
-                        request.services_timeout_s, queued=cluster.queue is not None)
+                        request.services_timeout_s, queued=workload.queue is not None)
         for service in output.services
     ]  # fmt: skip
     values = {
@@ -738,7 +710,7 @@ def _trainer_job(scope: _Scope, output: _FrameworkOutput, use_jobset: bool) -> d
 
 
 def _servers(
-    scope: _Scope, plan: Plan, output: _FrameworkOutput, use_jobset: bool, keeper_account: str
+    scope: _Scope, plan: Plan, output: _FrameworkOutput, workload: Workload, keeper_account: str
 ) -> list[tuple[str, dict[str, Any]]]:
     """Each server's Deployment (or, in a JobSet, its pod template) and Service; the JobSet's servers."""
     request = scope.request
@@ -768,10 +740,10 @@ def _servers(
             "affinity": _pack_services_affinity(scope.labels, [s.role for s in output.services]),
             # For plugin templates written before `volumes`: the claim a server reads, else None.
             "checkpoint_volume": cluster.checkpoint_claim if reads_checkpoints else None,
-            "volumes": volumes if use_jobset else [*volumes, token_volume()],
+            "volumes": volumes if workload.gang else [*volumes, token_volume()],
             "volume_mounts": mounts,
-            "service_account": cluster.service_account if use_jobset else keeper_account,
-            "sidecars": [] if use_jobset else [
+            "service_account": cluster.service_account if workload.gang else keeper_account,
+            "sidecars": [] if workload.gang else [
                 keeper_container(
                     service.image,
                     scope.pull_policy,
@@ -779,7 +751,7 @@ def _servers(
                     plan.trainer_job,
                     request.services_lifetime_s,
                     HELPER_SECURITY,
-                    helper_resources(cluster.queue is not None),
+                    helper_resources(workload.queue is not None),
                 )
             ],
             "annotations": (
@@ -787,7 +759,7 @@ def _servers(
             ),
         }
         deployment = scope.render("deployment", {"service": service_view}, "Deployment", service_name)
-        if use_jobset:
+        if workload.gang:
             if not cluster.service_account:
                 deployment["spec"]["template"]["spec"].pop("serviceAccountName", None)
             gang_servers.append((service.role, deployment))

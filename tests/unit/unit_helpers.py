@@ -62,8 +62,13 @@ def plan_for(
     jobset_available: bool | None = None,
     **flags: Any,
 ):
-    """Load, validate and render a run, as ``cw <framework> <type> PATH --dry-run`` does."""
+    """Load, validate and render a run, as ``cw <framework> <type> PATH --dry-run`` does.
+
+    ``jobset_available`` stands for the cluster's answer (None: not asked): True or False also
+    says Kueue is served, so a queued run is not refused for a missing Kueue.
+    """
     from cw_cli.render.plan import RunRequest, build_plan
+    from cw_cli.render.workload import JOBSET_API, KUEUE_API, ClusterFacts
 
     loaded, training_type = builtin_registry().resolve_type(framework, type_name)
     config = load(framework, type_name, path, sets, **flags)
@@ -78,7 +83,7 @@ def plan_for(
             # --services needs a lifetime; tests about something else get one day
             services_lifetime_s=services_lifetime_s or (86400 if services_only else None),
             **({"services_timeout_s": services_timeout_s} if services_timeout_s else {}),
-            jobset_available=jobset_available,
+            facts=ClusterFacts() if jobset_available is None else ClusterFacts({JOBSET_API: jobset_available, KUEUE_API: True}),
         )
     )
 
