@@ -519,13 +519,14 @@ class Run(Struct):
     Attributes:
         name: The run's name.
         session: The session (connection and namespace) it lives in.
-        owner_kind: ``Job``, ``JobSet`` or, for servers only, ``ConfigMap``.
+        owner_kind: ``Job``, ``JobSet`` or, for servers only, ``ConfigMap``; None for a run found
+            by name until a call needs it (:meth:`wait` reads it from the cluster).
         launch: What the submit created (None for a run found by name).
     """
 
     name: str
     session: Session
-    owner_kind: str = "Job"
+    owner_kind: str | None = None
     launch: LaunchResult | None = None
     _plan: Plan | None = None
 
@@ -546,7 +547,21 @@ class Run(Struct):
         self, *, role: str = "trainer", rank: int | None = None, follow: bool = False, tail: int | None = None,
         notice: Progress = _quiet,
     ) -> Iterator[str]:  # fmt: skip
-        """Log lines of one pod (the trainer's rank 0 by default), through the API server."""
+        """Log lines of one pod (the trainer's rank 0 by default), through the API server.
+
+        Nothing is read until the first line is asked for.
+
+        Args:
+            role: ``trainer``, ``server``, ``reward`` or ``export`` (:data:`cw_cli.labels.LOG_ROLES`).
+            rank: Node rank of a multi-node trainer (default: rank 0).
+            follow: Stream new lines until the pod ends: a Pending pod is waited for (``notice``
+                says why it waits), and a dropped or idle stream is resumed without repeating lines.
+            tail: Only the last ``tail`` lines.
+            notice: Called with what the wait for a Pending pod is waiting on.
+
+        Raises:
+            NotFound: The run has no pod of that role (and rank) yet.
+        """
         from cw_cli.k8s.operations import stream_logs
 
         return stream_logs(self.session.kube, self.name, role=role, rank=rank, follow=follow, tail=tail, notice=notice)
@@ -564,12 +579,13 @@ class Run(Struct):
         from cw_cli.errors import RunFailed
         from cw_cli.k8s.operations import wait_for_run
 
-        if self.owner_kind == "ConfigMap":
+        kind = self._owner_kind()
+        if kind == "ConfigMap":
             raise ConfigError([f"run {self.name!r} has only servers (--services): no trainer to wait for"],
                               hint="wait_for_servers() waits until they are Ready")  # fmt: skip
-        owner = self.name if self.owner_kind == "JobSet" else f"{self.name}-trainer"
+        owner = self.name if kind == "JobSet" else f"{self.name}-trainer"
         try:
-            state = wait_for_run(self.session.kube, owner, timeout, progress, kind=self.owner_kind)
+            state = wait_for_run(self.session.kube, owner, timeout, progress, kind=kind)
         except RunFailed:
             self.stop_servers(progress)
             raise
@@ -723,10 +739,27 @@ class Run(Struct):
         return stopped
 
     def delete(self) -> list[str]:
-        """Delete every object of the run; returns ``Kind/name`` of each."""
+        """Delete every object of the run (every kind is listed first, so the report names them all).
+
+        Returns:
+            ``Kind/name`` of each object deleted; pods go with their Job and Deployments.
+
+        Raises:
+            NotFound: The run has no object in the namespace.
+        """
         from cw_cli.k8s.operations import delete_run
 
         return delete_run(self.session.kube, self.name)
+
+    def _owner_kind(self) -> str:
+        """:attr:`owner_kind`, read from the cluster the first time a call needs it."""
+        if self.owner_kind is None:
+            kube = self.session.kube
+            if kube.get("JobSet", self.name) is not None:
+                self.owner_kind = "JobSet"
+            else:
+                self.owner_kind = "Job" if kube.get("Job", f"{self.name}-trainer") is not None else "ConfigMap"
+        return self.owner_kind
 
 
 class Session:
@@ -969,13 +1002,45 @@ class Session:
         raise failure
 
     def run(self, name: str) -> Run:
-        """The handle of an existing run (its kind is read from the cluster)."""
-        if self.kube.get("JobSet", name) is not None:
-            return Run(name, self, "JobSet")
-        return Run(name, self, "Job" if self.kube.get("Job", f"{name}-trainer") is not None else "ConfigMap")
+        """The handle of an existing run. Nothing is read here: each call on it reads what it needs
+        (:meth:`Run.wait` reads whether the run is a Job, a JobSet or servers only), so a
+        ``session.run(name).status()`` costs no more requests than the status itself.
+        """
+        return Run(name, self)
 
-    def runs(self) -> list[RunView]:
-        """Every cw run in the namespace, newest first."""
+    def runs(self, *, all_namespaces: bool = False, objects: bool = True) -> list[RunView]:
+        """Every cw run in the namespace (or in all of them), newest first, each with why it failed.
+
+        Args:
+            all_namespaces: The runs of every namespace the credentials may list.
+            objects: Fill each run's :attr:`RunView.objects` (``Kind/name``). False lists only the
+                owners and servers, which find every run, its state and GPUs in fewer reads.
+
+        Returns:
+            The runs; a failed run's ``failure`` says why, from its pods and its log tails.
+        """
+        from cw_cli.k8s.queries import RUN_KINDS, WHOLE_KINDS
         from cw_cli.k8s.run_view import list_runs
 
-        return list_runs(self.kube)
+        return list_runs(self.kube, all_namespaces=all_namespaces, kinds=RUN_KINDS if objects else WHOLE_KINDS)
+
+    def run_names(self) -> list[str]:
+        """Names of the runs in the namespace, read from their owners and servers as metadata only
+        (what shell completion of a RUN argument needs)."""
+        from cw_cli.k8s.queries import run_names
+
+        return run_names(self.kube)
+
+    def delete_sweep(self, sweep: str) -> list[str]:
+        """Delete every run of a sweep (the runs labelled with it), each as :meth:`Run.delete`.
+
+        Returns:
+            The names of the runs deleted.
+
+        Raises:
+            ConfigError: ``sweep`` is not a sweep name.
+            NotFound: No run of that sweep in the namespace.
+        """
+        from cw_cli.k8s.operations import delete_sweep
+
+        return delete_sweep(self.kube, sweep)

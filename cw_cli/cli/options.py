@@ -78,10 +78,10 @@ def complete_run(ctx: click.Context, param: click.Parameter, incomplete: str) ->
         os.environ.setdefault("CW_REQUEST_TIMEOUT", "3")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from cw_cli.k8s.queries import run_names
+            from cw_cli import api
 
             params = ctx.params or {}
-            names = run_names(kube(params.get("context"), params.get("namespace")))
+            names = api.Session(context=params.get("context"), namespace=params.get("namespace")).run_names()
         return [CompletionItem(name) for name in names if name.startswith(incomplete or "")]
     except Exception:  # noqa: BLE001 - completion must never fail loudly
         return []

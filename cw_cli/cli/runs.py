@@ -1,11 +1,12 @@
-"""`cw list`, `cw status`, `cw logs` and `cw delete`: watching and removing runs."""
+"""`cw list`, `cw status`, `cw logs` and `cw delete`: watching and removing runs, through
+:mod:`cw_cli.api` like every run command (tests/unit/test_cli_goes_through_the_api.py)."""
 
 from __future__ import annotations
 
 import click
 
 from cw_cli.cli.errors import handle_errors
-from cw_cli.cli.options import context_option, kube, namespace_option, output_option, run_argument
+from cw_cli.cli.options import context_option, namespace_option, output_option, run_argument
 from cw_cli.cli.plain import echo, printable, table
 
 
@@ -41,15 +42,14 @@ def list_command(
     output: str,
 ) -> None:
     """List the runs in the namespace, with state, GPUs, age and why a failed run failed."""
+    from cw_cli import api
     from cw_cli.cli.formats import check_output, check_states, dump, list_dict, state_key
-    from cw_cli.k8s.queries import RUN_KINDS, WHOLE_KINDS
-    from cw_cli.k8s.run_view import STALLED, list_runs
 
     output = check_output(output)
     states = check_states(list(state)) if state else None
-    client = kube(context, namespace)
+    session = api.Session(context=context, namespace=namespace)
     # The table shows no object names: the owners and servers alone find every run.
-    runs = list_runs(client, all_namespaces=all_namespaces, kinds=RUN_KINDS if output != "table" else WHOLE_KINDS)
+    runs = session.runs(all_namespaces=all_namespaces, objects=output != "table")
     if states:
         runs = [run for run in runs if state_key(run.state) in states]
     if framework:
@@ -60,7 +60,7 @@ def list_command(
         click.echo(dump(list_dict(runs), output), nl=False)
         return
     if not runs:
-        where = "any namespace" if all_namespaces else f"namespace {client.namespace}"
+        where = "any namespace" if all_namespaces else f"namespace {session.namespace}"
         echo(f"no {'matching ' if state or framework or sweep else ''}runs in {where}", err=True)
         return
     columns = ["RUN", "FRAMEWORK", "TYPE", "STATE", "GPUS", "AGE", "REASON"]
@@ -71,7 +71,7 @@ def list_command(
     ]  # fmt: skip
     click.echo(table([*(["NAMESPACE"] if all_namespaces else []), *columns], rows), nl=False)
     for run in runs:
-        if run.state == STALLED:
+        if run.stalled:
             echo(f"{run.name}: its launcher stopped before starting it; `cw delete {run.name}` removes it", err=True, fg="yellow")
     if any(run.state == "Failed" for run in runs):
         echo("`cw status RUN` says why a run failed, with the fix and its last log lines", err=True)
@@ -85,12 +85,12 @@ def list_command(
 @handle_errors
 def status_command(run: str, namespace: str | None, context: str | None, output: str) -> None:
     """Show a run's Job, pods and services; say why a pod is Pending or why the run failed."""
+    from cw_cli import api
     from cw_cli.cli.formats import check_output, dump, status_dict
-    from cw_cli.k8s.status import run_status
 
     output = check_output(output)
     check_run_argument(run)
-    view = run_status(kube(context, namespace), run)
+    view = api.Session(context=context, namespace=namespace).run(run).status()
     if output != "table":
         click.echo(dump(status_dict(view), output), nl=False)
         return
@@ -148,8 +148,8 @@ def logs_command(
     """Print (or follow) the log of one pod of a run, through the API server."""
     import sys
 
+    from cw_cli import api
     from cw_cli.errors import ConfigError
-    from cw_cli.k8s.operations import stream_logs
     from cw_cli.labels import LOG_ROLES
 
     if role not in LOG_ROLES:
@@ -158,9 +158,9 @@ def logs_command(
     for flag, value in (("--rank", rank), ("--tail", tail)):
         if value is not None and value < 0:
             raise ConfigError([f"{flag} {value}: expected 0 or more"])
-    client = kube(context, namespace)
+    handle = api.Session(context=context, namespace=namespace).run(run)
     stdout = sys.stdout
-    for line in stream_logs(client, run, role, rank, follow, tail, notice=lambda m: echo(m, err=True)):
+    for line in handle.logs(role=role, rank=rank, follow=follow, tail=tail, notice=lambda m: echo(m, err=True)):
         stdout.write(line + "\n")
         stdout.flush()
 
@@ -173,20 +173,20 @@ def logs_command(
 @handle_errors
 def delete_command(run: str | None, sweep: str | None, namespace: str | None, context: str | None) -> None:
     """Delete every object of a run, or of every run of a sweep (and nothing else)."""
+    from cw_cli import api
     from cw_cli.errors import ConfigError
-    from cw_cli.k8s.operations import delete_run, delete_sweep
 
     if (run is None) == (sweep is None):
         raise ConfigError(["give a run name or --sweep NAME (not both)"], hint="cw delete RUN, or cw delete --sweep NAME")
     if run is not None:
         check_run_argument(run)
-    client = kube(context, namespace)
+    session = api.Session(context=context, namespace=namespace)
     if sweep is not None:
-        runs = delete_sweep(client, sweep)
+        runs = session.delete_sweep(sweep)
         echo(f"deleted the {len(runs)} run(s) of sweep {sweep}: {', '.join(runs)}", err=True)
         return
     assert run is not None  # checked above: a run or a sweep
-    deleted = delete_run(client, run)
+    deleted = session.run(run).delete()
     echo(f"deleted {', '.join(deleted)}", err=True)
 
 

@@ -1,0 +1,75 @@
+"""The run commands are a thin layer over `cw_cli.api` (docs/api.md): they never go around it.
+
+`cw list`, `cw status`, `cw logs`, `cw delete` and the after-training commands call `api.Session`
+and `api.Run`; none of their modules imports `cw_cli.k8s`, at any level (inside functions and
+under ``if TYPE_CHECKING:`` too), so what the CLI can do with a run, the library can do too.
+"""
+
+from __future__ import annotations
+
+import ast
+from datetime import datetime, timezone
+
+import pytest
+from click.testing import CliRunner
+from unit_helpers import REPO
+
+#: The modules of the commands that act on an existing run (cli/run.py launches; cli/metrics.py
+#: reads logs through cw_cli.metrics).
+RUN_COMMAND_MODULES = ("runs.py", "artifacts.py", "download.py", "export.py", "serve.py")
+
+
+def k8s_imports(source: str) -> list[str]:
+    """Every import of ``cw_cli.k8s`` (or of a module under it) in ``source``, as written."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name == "cw_cli.k8s" or alias.name.startswith("cw_cli.k8s.")]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "cw_cli.k8s" or node.module.startswith("cw_cli.k8s."):
+                found.append(node.module)
+            elif node.module == "cw_cli" and any(alias.name == "k8s" for alias in node.names):
+                found.append("cw_cli.k8s")
+    return found
+
+
+def test_the_check_sees_every_way_to_import_the_cluster_layer():
+    source = (
+        "import cw_cli.k8s.connection\n"
+        "from cw_cli import k8s, api\n"
+        "def command():\n"
+        "    from cw_cli.k8s.status import run_status\n"
+        "if TYPE_CHECKING:\n"
+        "    from cw_cli.k8s import run_view\n"
+        "from cw_cli import api\n"
+        "from cw_cli.cli.options import namespace_option\n"
+    )
+    assert k8s_imports(source) == ["cw_cli.k8s.connection", "cw_cli.k8s", "cw_cli.k8s.status", "cw_cli.k8s"]
+
+
+@pytest.mark.parametrize("module", RUN_COMMAND_MODULES)
+def test_run_commands_import_nothing_from_the_cluster_layer(module):
+    path = REPO / "cw_cli" / "cli" / module
+    assert k8s_imports(path.read_text()) == [], f"cli/{module} goes around cw_cli.api: add what it needs to the api"
+
+
+def test_cw_status_is_run_status_of_the_api_and_finding_the_run_reads_nothing(monkeypatch):
+    """`cw status RUN` prints what `Run.status()` returns; `Session.run(name)` asks the cluster
+    nothing (no kubeconfig here: any read would fail), so the CLI costs no extra request."""
+    from cw_cli import api
+    from cw_cli.cli.runs import status_command
+    from cw_cli.k8s.run_view import RunView
+
+    monkeypatch.setenv("KUBECONFIG", str(REPO / "no-such-kubeconfig"))
+    asked = []
+
+    def status(run: api.Run) -> RunView:
+        asked.append((run.name, run.owner_kind))
+        return RunView(name=run.name, framework="trl", training_type="sft", state="Running", gpus=8,
+                       created=datetime.now(timezone.utc), objects=["Job/r1-trainer"])  # fmt: skip
+
+    monkeypatch.setattr(api.Run, "status", status)
+    result = CliRunner().invoke(status_command, ["r1", "-n", "team-a"])
+    assert result.exit_code == 0, result.output
+    assert asked == [("r1", None)]
+    assert "state: Running" in result.output and "GPUs: 8" in result.output
