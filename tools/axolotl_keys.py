@@ -1,8 +1,8 @@
 """Print the top-level keys of Axolotl's config schema, one per line (run with Axolotl's Python).
 
-cw ships the result as cw_cli/frameworks/axolotl_keys.txt, so its "did you mean" check never
+cw ships the result as cw_cli/frameworks/axolotl/axolotl_keys.txt, so its "did you mean" check never
 fires on a key that is valid for Axolotl (e.g. `max_memory`) without importing Axolotl:
-    $CW_AXOLOTL_PYTHON tools/axolotl_keys.py > cw_cli/frameworks/axolotl_keys.txt
+    $CW_AXOLOTL_PYTHON tools/axolotl_keys.py > cw_cli/frameworks/axolotl/axolotl_keys.txt
 """
 
 from __future__ import annotations

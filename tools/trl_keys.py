@@ -2,8 +2,8 @@
 
 A key of a `trl` YAML that none of the command's dataclasses knows is handed to `accelerate
 launch`, which stops at an option it does not know; cw ships this list as
-cw_cli/frameworks/trl_keys.json to refuse such keys before the run, without importing TRL:
-    python tools/trl_keys.py > cw_cli/frameworks/trl_keys.json
+cw_cli/frameworks/trl/trl_keys.json to refuse such keys before the run, without importing TRL:
+    python tools/trl_keys.py > cw_cli/frameworks/trl/trl_keys.json
 """
 
 from __future__ import annotations
