@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
-from cw_cli.errors import ConfigError
+from cw_cli.errors import ConfigError, CwError
 
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a call needs the cluster
     from cw_cli.config.models import ClusterSpec
@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # the kubernetes-backed modules load only when a call needs t
     from cw_cli.k8s.run_view import RunView
     from cw_cli.k8s.submit import LaunchResult
     from cw_cli.render.plan import Plan, RunRequest
+    from cw_cli.render.workload import ClusterFacts
 
 Progress = Callable[[str], None]
 #: A config given as a mapping is read as if it were a file in this folder (relative paths in it,
@@ -59,14 +60,21 @@ class PlannedRun(Struct):
 
     Attributes:
         plan: The manifests and what the launch must wait for.
-        request: What the plan was made from (kept to re-plan with cluster facts).
-        cluster_facts: Whether the plan knows what the cluster serves (JobSet); an offline
-            plan may become a JobSet when submitted.
+        request: What the plan was made from, including the cluster facts its workload was
+            chosen with (kept to plan again where those facts were not asked).
     """
 
     plan: Plan
     request: RunRequest
-    cluster_facts: bool = False
+
+    @property
+    def cluster_facts(self) -> bool:
+        """Whether the plan knows everything about the cluster that its workload depends on.
+
+        Most runs depend on nothing (a single-node run is a Job anywhere); a multi-node or
+        queued run depends on whether the cluster serves JobSet and Kueue.
+        """
+        return _unasked(self.request) == ()
 
     @property
     def name(self) -> str:
@@ -101,9 +109,24 @@ def set_assignments(values: Mapping[str, Any] | list[str] | None) -> list[str]:
     return list(values)
 
 
-def may_be_gang(cluster: ClusterSpec) -> bool:
-    """Whether the run could be a JobSet, so the cluster must be asked whether it serves JobSet."""
-    return cluster.jobset is True or (cluster.jobset == "auto" and (cluster.nodes > 1 or cluster.queue is not None))
+def _unasked(request: RunRequest) -> tuple[str, ...]:
+    """The APIs the request's workload depends on that its facts do not answer."""
+    from cw_cli.render.workload import apis_to_ask
+
+    apis = apis_to_ask(request.config.cluster, request.services_only, request.local)
+    return tuple(api for api in apis if request.facts.serves(api) is None)
+
+
+def _ask_cluster(kube: Kube, apis: tuple[str, ...], timeout: tuple[float, float] | None = None) -> ClusterFacts:
+    """What the cluster serves of ``apis`` (discovery reads, cached by the connection)."""
+    from cw_cli.render.workload import ClusterFacts
+
+    return ClusterFacts(served={api: kube.serves(api, timeout=timeout) for api in apis})
+
+
+#: (connect, read) seconds for a dry run's discovery reads: a dry run must not hang on a cluster
+#: that is down; a launch waits as long as any request.
+DRY_RUN_PROBE_TIMEOUT = (3.0, 5.0)
 
 
 class WontFit(ConfigError):
@@ -289,6 +312,7 @@ def plan(
     local: bool = False,
     registry: FrameworkRegistry | None = None,
     connect: Callable[[], Kube] | None = None,
+    if_reachable: bool = False,
     base_dir: Path | None = None,
     sweep: str | None = None,
 ) -> PlannedRun:
@@ -316,10 +340,14 @@ def plan(
         local: Plan for a local trainer process (``--local``): the files the config names are
             used in place, and the variables a setting needs may come from this environment.
         registry: Frameworks to pick from (default: built-in and plugins).
-        connect: Gives the connection (called once the config is valid, so a bad config is
-            reported before any network): the plan asks the cluster what it serves (JobSet) and
-            is what a launch there creates. Without it the plan is offline (``jobset: auto``
-            renders Jobs).
+        connect: Gives the connection: the run's workload (Job or JobSet, Kueue-queued) is
+            chosen once, with what the cluster serves where the config depends on it (a
+            multi-node or queued run), so the plan is what a launch there creates. Without it
+            the plan is offline (``jobset: auto`` renders Jobs, with a note saying so). A bad
+            config is reported before an unreachable cluster.
+        if_reachable: With ``connect``: a cluster that cannot be reached (or asked) gives an
+            offline plan with a note instead of an error, and the discovery reads time out
+            quickly (what ``--dry-run`` does).
         base_dir: With a mapping: the folder its relative paths resolve from (default: cwd).
         sweep: The sweep the run belongs to (see :func:`plan_sweep`).
 
@@ -353,6 +381,7 @@ def plan(
                           hint="e.g. --timeout 3600")  # fmt: skip
     # `--name ""` is a mistake to report, not a request for a generated name.
     run_name = validate_run_name(name) if name is not None else generate_run_name(framework, kind.value, path.stem)
+    facts, unreachable = _facts_for(run_config.cluster, services, local, connect, if_reachable)
     request = RunRequest(
         loaded,
         kind,
@@ -364,20 +393,43 @@ def plan(
         services_lifetime_s=parse_duration(ttl, "--ttl") if ttl else None,
         services_timeout_s=int(math.ceil(timeout)) if timeout else DEFAULT_SERVICES_TIMEOUT_S,
         resume_changed_config=resume,
+        facts=facts,
         sweep=sweep,
     )
-    rendered = build_plan(request)  # offline first: every config problem is reported before any network
-    if connect is None or local:
-        return PlannedRun(rendered, request)
-    kube = connect()  # a launch needs it next anyway: an unreachable cluster fails here
-    if may_be_gang(run_config.cluster):
-        from msgspec.structs import replace
+    rendered = build_plan(request)  # the only rendering: the printed plan is the applied one
+    if unreachable is not None:
+        raise unreachable  # only now: every config problem is reported before the network's
+    if connect is not None and not local and not if_reachable:
+        connect()  # a launch needs it next anyway: a missing kubeconfig fails here
+    return PlannedRun(rendered, request)
 
-        from cw_cli.render.jobset import GROUP_VERSION_PATH
 
-        request = replace(request, jobset_available=kube.serves(GROUP_VERSION_PATH))
-        rendered = build_plan(request)
-    return PlannedRun(rendered, request, cluster_facts=True)
+def _facts_for(
+    cluster: ClusterSpec, services: bool, local: bool, connect: Callable[[], Kube] | None, if_reachable: bool
+) -> tuple[ClusterFacts, CwError | None]:
+    """What the cluster serves of what this run's workload depends on, and a deferred error.
+
+    Returns:
+        The facts (empty when nothing needs asking or there is no connection), and the
+        cluster's error when it could not be asked and the caller is a launch (raised once
+        the config is known to be valid).
+    """
+    from cw_cli.errors import ClusterUnreachable
+    from cw_cli.render.workload import ClusterFacts, apis_to_ask
+
+    apis = apis_to_ask(cluster, services, local)
+    if connect is None or not apis:
+        return ClusterFacts(), None
+    try:
+        return _ask_cluster(connect(), apis, DRY_RUN_PROBE_TIMEOUT if if_reachable else None), None
+    except ConfigError:
+        raise  # a bad namespace is the user's, whatever the cluster
+    except ClusterUnreachable as exc:
+        return ClusterFacts(not_asked=exc.message), None if if_reachable else exc
+    except CwError as exc:
+        if not if_reachable:
+            raise
+        return ClusterFacts(not_asked=exc.message), None
 
 
 class PlannedSweep(Struct):
@@ -408,6 +460,7 @@ def plan_sweep(
     set: Mapping[str, Any] | list[str] | None = None,  # noqa: A002 - the CLI's --set
     registry: FrameworkRegistry | None = None,
     connect: Callable[[], Kube] | None = None,
+    if_reachable: bool = False,
     base_dir: Path | None = None,
     **options: Any,
 ) -> PlannedSweep:
@@ -428,7 +481,8 @@ def plan_sweep(
         name: The sweep's name (default: generated, unique).
         set: Overrides common to every run.
         registry: Frameworks to pick from.
-        connect: See :func:`plan`.
+        connect: See :func:`plan` (the cluster is asked once for the whole sweep).
+        if_reachable: See :func:`plan`.
         base_dir: See :func:`plan`.
         **options: Any other option of :func:`plan` (``gpu``, ``namespace``, ...).
 
@@ -467,7 +521,7 @@ def plan_sweep(
             runs.append(
                 plan(
                     stripped, framework, training_type, name=run_name, set=[*common, *set_assignments(point)],
-                    registry=registry, sweep=sweep_name, **options,
+                    registry=registry, sweep=sweep_name, connect=connect, if_reachable=True, **options,
                 )
             )  # fmt: skip
         except ConfigError as exc:
@@ -475,8 +529,13 @@ def plan_sweep(
             problems += [f"run {run_name} ({shown}): {issue}" for issue in exc.issues]
     if problems:
         raise ConfigError(problems, hint="fix the sweep's values; no run of it was created")
-    if connect is not None:
-        connect()  # a submit follows: an unreachable cluster fails before anything is created
+    if connect is not None and not if_reachable:  # a submit follows: fail before anything is created
+        from cw_cli.errors import ClusterUnreachable
+
+        for run in runs:
+            if run.request.facts.not_asked:
+                raise ClusterUnreachable(run.request.facts.not_asked, hint="is the cluster up? check `kubectl cluster-info`")
+        connect()
     return PlannedSweep(sweep_name, runs, points)
 
 
@@ -875,8 +934,9 @@ class Session:
     ) -> Run:
         """Create a planned run on the cluster, all or nothing (see :func:`cw_cli.k8s.submit.launch`).
 
-        A plan made offline is made again with the cluster's facts first (it may become a
-        JobSet where the cluster serves JobSet).
+        A plan made offline whose workload depends on the cluster (a multi-node or queued run)
+        is made again with the cluster's facts first (it may become a JobSet), and ``progress``
+        says so; plan with :meth:`plan` to submit exactly what was printed.
 
         Args:
             planned: The run.
@@ -894,18 +954,18 @@ class Session:
             Interrupted: Ctrl-C or a termination signal; what was created is removed.
             CwError: Any other failure, after removing what was created.
         """
+        from msgspec.structs import replace
+
         from cw_cli.k8s.submit import launch
+        from cw_cli.render.plan import build_plan
 
         if check_memory:
             self.check_memory(planned, gpu_memory=gpu_memory, force=force, dry_run=server_dry_run, progress=progress)
-        if not planned.cluster_facts and may_be_gang(planned.request.config.cluster):
-            from msgspec.structs import replace
-
-            from cw_cli.render.jobset import GROUP_VERSION_PATH
-            from cw_cli.render.plan import build_plan
-
-            request = replace(planned.request, jobset_available=self.kube.serves(GROUP_VERSION_PATH))
-            planned = PlannedRun(build_plan(request), request, cluster_facts=True)
+        if not planned.cluster_facts:  # planned offline (api.plan without a connection): plan with the facts
+            asked = _ask_cluster(self.kube, _unasked(planned.request))
+            request = replace(planned.request, facts=replace(asked, served={**planned.request.facts.served, **asked.served}))
+            planned = PlannedRun(build_plan(request), request)
+            progress(f"planned again with what the cluster serves: a {planned.plan.owner_kind}")
         result = launch(
             self.kube,
             planned.plan,
@@ -940,7 +1000,7 @@ class Session:
         """
         from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-        from cw_cli.errors import Conflict, CwError, Interrupted
+        from cw_cli.errors import Conflict, Interrupted
 
         total = len(planned.runs)
         self.kube  # noqa: B018 - connect once, before the threads share the connection pool
