@@ -20,7 +20,6 @@ callback.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -105,6 +104,8 @@ def set_assignments(values: Mapping[str, Any] | list[str] | None) -> list[str]:
         if bad:
             raise ConfigError([f"override key {key!r}: expected a config key such as learning_rate or a.b" for key in bad])
         # JSON is YAML: the loader parses each value back to the same type.
+        import json  # only here: `cw status`, `list` and `logs` import this module and need no json
+
         return [f"{key}={json.dumps(value)}" for key, value in values.items()]
     return list(values)
 
