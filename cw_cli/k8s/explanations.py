@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from cw_cli.config.quantity import parse_quantity
 from cw_cli.errors import Forbidden, NotFound
 from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.queries import creation_time
@@ -22,6 +21,10 @@ WORKLOAD_JOB_UID = "kueue.x-k8s.io/job-uid"  # Kueue's label on the Workload of 
 def node_capacity(kube: Kube) -> dict[str, list[tuple[str, float]]]:
     """Each resource's allocatable amount per node, as ``{resource: [(node, amount), ...]}``; empty
     where nodes are not readable (listing them is optional)."""
+    # Imported where a quantity is read: its regex compiles at import, which `cw status` of a run
+    # with no Pending pod and no queue would pay for nothing.
+    from cw_cli.config.quantity import parse_quantity
+
     capacity: dict[str, list[tuple[str, float]]] = {}
     try:
         nodes = kube.list("Node")
@@ -56,6 +59,8 @@ def explain_pending(
     first because events are read from etcd, not from the API server's cache: a scan of every
     event of the namespace.
     """
+    from cw_cli.config.quantity import parse_quantity
+
     capacity = capacity if capacity is not None else node_capacity(kube)
     spec = pod.get("spec") or {}
     for container in spec.get("containers", []):
@@ -204,6 +209,8 @@ def queue_summary(kube: Kube, job: dict[str, Any]) -> str | None:
 
 
 def _gpu_usage(kube: Kube, name: str) -> str:
+    from cw_cli.config.quantity import parse_quantity
+
     try:
         cq = kube.get("ClusterQueue", name)
     except Forbidden:
