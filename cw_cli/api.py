@@ -643,7 +643,9 @@ class Run(Struct):
         if kind == "ConfigMap":
             raise ConfigError([f"run {self.name!r} has only servers (--services): no trainer to wait for"],
                               hint="wait_for_servers() waits until they are Ready")  # fmt: skip
-        owner = self.name if kind == "JobSet" else f"{self.name}-trainer"
+        from cw_cli.render.workload import owner_kind
+
+        owner = owner_kind(kind).name(self.name)
         try:
             state = wait_for_run(self.session.kube, owner, timeout, progress, kind=kind)
         except RunFailed:
@@ -814,11 +816,11 @@ class Run(Struct):
     def _owner_kind(self) -> str:
         """:attr:`owner_kind`, read from the cluster the first time a call needs it."""
         if self.owner_kind is None:
+            from cw_cli.render.workload import OWNERS, SERVICES_ONLY
+
             kube = self.session.kube
-            if kube.get("JobSet", self.name) is not None:
-                self.owner_kind = "JobSet"
-            else:
-                self.owner_kind = "Job" if kube.get("Job", f"{self.name}-trainer") is not None else "ConfigMap"
+            found = (kind for kind, owner in reversed(OWNERS.items()) if kube.get(kind, owner.name(self.name)))
+            self.owner_kind = next(found, SERVICES_ONLY)  # a JobSet first: its child Jobs are not the owner
         return self.owner_kind
 
 

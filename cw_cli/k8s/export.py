@@ -8,9 +8,9 @@ from cw_cli.errors import ConfigError, Conflict
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.run_facts import claims_of, output_dir_of, trainer_of
-from cw_cli.k8s.run_view import state_of
 from cw_cli.render.export import EXPORT_TTL_HOURS, ExportChoice, ExportFacts, export_manifests, export_name
 from cw_cli.render.jobset import TRAINER
+from cw_cli.render.workload import owner_kind
 
 #: Environment entries of the trainer the export needs: the Hub token and where the cache is.
 EXPORT_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HOME", "HF_ENDPOINT", "HF_HUB_OFFLINE")
@@ -30,7 +30,7 @@ def export_facts(kube: Kube, run_name: str, choice: ExportChoice) -> ExportFacts
     if not claims.get("checkpoints"):
         raise ConfigError([f"run {run_name!r} kept its outputs on no volume (checkpoint_volume: none): nothing to export"],
                           hint="launch with a checkpoint_volume to keep them")  # fmt: skip
-    state = state_of(kind, owner)
+    state = owner_kind(kind).state(owner)
     if choice.checkpoint == "final" and state != "Succeeded":
         raise ConfigError([f"run {run_name!r} is {state}: it has no final model yet"],
                           hint=f"export its newest complete checkpoint: cw export {run_name} --checkpoint latest")  # fmt: skip

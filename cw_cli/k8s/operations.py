@@ -9,7 +9,7 @@ from cw_cli.errors import NotFound, Rejected, RunFailed, WaitTimeout
 from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.explanations import explain_pending, pods_refused
 from cw_cli.k8s.queries import find_pod, run_objects, run_selector
-from cw_cli.k8s.run_view import state_of
+from cw_cli.render.workload import owner_kind
 
 Progress = Callable[[str], None]
 
@@ -86,7 +86,7 @@ def wait_for_run(
         job = kube.get(kind, job_name)
         if job is None:
             raise NotFound(f"{kind} {job_name} disappeared while waiting")
-        state = state_of(kind, job)
+        state = owner_kind(kind).state(job)
         if state != last:
             progress(f"{job_name}: {state}")
             last = state

@@ -9,7 +9,7 @@ from typing import Any
 from cw_cli.errors import NotFound
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.k8s.connection import Kube
-from cw_cli.render.jobset import TRAINER
+from cw_cli.render.workload import OWNERS
 
 
 def trainer_of(kube: Kube, run_name: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -18,13 +18,11 @@ def trainer_of(kube: Kube, run_name: str) -> tuple[str, dict[str, Any], dict[str
     Raises:
         NotFound: No run of that name (or one with servers only).
     """
-    job = kube.get("Job", f"{run_name}-trainer")
-    if job is not None:
-        return "Job", job, job["spec"]["template"]
-    jobset = kube.get("JobSet", run_name)
-    for replicated in (jobset or {}).get("spec", {}).get("replicatedJobs") or []:
-        if replicated.get("name") == TRAINER:
-            return "JobSet", jobset or {}, replicated["template"]["spec"]["template"]
+    for kind, strategy in OWNERS.items():  # a Job run first, the common case
+        owner = kube.get(kind, strategy.name(run_name))
+        template = strategy.trainer_template(owner) if owner is not None else None
+        if owner is not None and template is not None:
+            return kind, owner, template
     raise NotFound(f"run {run_name!r} has no trainer here: nothing to export", hint="`cw list` shows the runs")
 
 

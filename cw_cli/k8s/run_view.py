@@ -1,5 +1,6 @@
-"""A run as the cluster holds it: its state (the state machine over Job and JobSet conditions),
-GPUs, objects, pods and why it failed; and `cw list`, every run of a namespace read at once."""
+"""A run as the cluster holds it: its state and GPUs (read by its owner's strategy,
+:mod:`cw_cli.render.workload`), objects, pods and why it failed; and `cw list`, every run of a
+namespace read at once."""
 
 from __future__ import annotations
 
@@ -12,20 +13,15 @@ from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.diagnose import Explanation, diagnose, log_requests, summary
 from cw_cli.k8s.queries import RUN_KINDS, LogKey, creation_time, read_logs, run_objects, run_selector
 from cw_cli.labels import (
-    GPU_RESOURCE,
     NAME_LABEL,
     RUN_LABEL,
     SWEEP_LABEL,
     TENSORBOARD_ANNOTATION,
-    TRAINER,
     TYPE_LABEL,
     WANDB_URL_ANNOTATION,
 )
+from cw_cli.render.workload import JOBSET, OWNERS, STALLED, pod_gpus
 
-#: cw releases a Job within seconds of creating it; one still suspended after this long (and not
-#: held by Kueue) was left by a launcher that died half-way.
-STALLED_AFTER_S = 60
-STALLED = "Half-made (launcher stopped)"
 #: Log lines read per failed container: few for `cw list`, more for `cw status`.
 LIST_LOG_LINES = 20
 STATUS_LOG_LINES = 60
@@ -73,69 +69,9 @@ class RunView(Struct):
 
     @property
     def stalled(self) -> bool:
-        """Whether the launcher that created the run stopped before starting it (:data:`STALLED`)."""
+        """Whether the launcher that created the run stopped before starting it
+        (:data:`~cw_cli.render.workload.STALLED`)."""
         return self.state == STALLED
-
-
-def job_state(job: dict[str, Any], now: datetime | None = None) -> str:
-    """Plain state of a trainer Job: Succeeded, Failed, Starting, Queued (Kueue), Pending, Running,
-    or Half-made when the launcher that created it stopped before releasing it."""
-    status = job.get("status") or {}
-    for condition in status.get("conditions") or []:
-        if condition.get("status") != "True":
-            continue
-        if condition["type"] in ("Complete", "SuccessCriteriaMet"):
-            return "Succeeded"
-        if condition["type"] in ("Failed", "FailureTarget"):
-            return "Failed"
-    if job.get("spec", {}).get("suspend"):
-        queued = "kueue.x-k8s.io/queue-name" in (job["metadata"].get("labels") or {})
-        if queued:
-            return "Queued (Kueue)"
-        created = creation_time(job)
-        age = ((now or datetime.now(timezone.utc)) - created).total_seconds() if created else 0
-        return STALLED if age > STALLED_AFTER_S else "Starting"
-    if status.get("active"):
-        return "Running" if status.get("ready", 0) else "Pending"
-    return "Pending"
-
-
-def jobset_state(jobset: dict[str, Any], now: datetime | None = None) -> str:
-    """Plain state of a JobSet run, in the words of :func:`job_state`."""
-    status = jobset.get("status") or {}
-    for condition in status.get("conditions") or []:
-        if condition.get("status") != "True":
-            continue
-        if condition["type"] == "Completed":
-            return "Succeeded"
-        if condition["type"] == "Failed":
-            return "Failed"
-    if jobset.get("spec", {}).get("suspend"):
-        return job_state({"metadata": jobset["metadata"], "spec": {"suspend": True}}, now)
-    trainer: dict[str, Any] = next((s for s in status.get("replicatedJobsStatus") or [] if s.get("name") == TRAINER), {})
-    if int(trainer.get("ready", 0)):
-        return "Running"
-    return "Pending"
-
-
-def state_of(kind: str, owner: dict[str, Any]) -> str:
-    """State of a run from its owner object (a Job or a JobSet)."""
-    return jobset_state(owner) if kind == "JobSet" else job_state(owner)
-
-
-def _pod_gpus(pod_spec: dict[str, Any]) -> int:
-    return sum(
-        int(c.get("resources", {}).get("limits", {}).get(GPU_RESOURCE, 0) or 0) for c in pod_spec.get("containers", [])
-    )
-
-
-def _jobset_gpus(jobset: dict[str, Any]) -> int:
-    total = 0
-    for replicated in jobset["spec"].get("replicatedJobs") or []:
-        job_spec = replicated["template"]["spec"]
-        pods = int(job_spec.get("parallelism", 1)) * int(replicated.get("replicas", 1))
-        total += _pod_gpus(job_spec["template"]["spec"]) * pods
-    return total
 
 
 def _links(owner: dict[str, Any]) -> dict[str, str]:
@@ -164,22 +100,18 @@ def collect_runs(
         created = creation_time(obj)
         if created and (view.created is None or created < view.created):
             view.created = created
-        if kind in ("Job", "JobSet"):
+        owner = OWNERS.get(kind)
+        if owner is not None:
             view.links.update(_links(obj))
-        if kind == "JobSet":
-            view.state = jobset_state(obj)
-            view.gpus += _jobset_gpus(obj)
-            view.restarts = int((obj.get("status") or {}).get("restarts", 0))
-            owners.setdefault(key, []).append((kind, obj))
-        elif kind == "Job":
-            view.state = job_state(obj)
-            spec = obj["spec"]
-            view.gpus += _pod_gpus(spec["template"]["spec"]) * int(spec.get("parallelism", 1))
+            view.state = owner.state(obj)
+            view.gpus += owner.gpus(obj)
+            if kind == JOBSET:  # only a JobSet restarts the whole gang (and counts it)
+                view.restarts = int((obj.get("status") or {}).get("restarts", 0))
             owners.setdefault(key, []).append((kind, obj))
         elif kind == "Deployment":
-            view.gpus += _pod_gpus(obj["spec"]["template"]["spec"]) * int(obj["spec"].get("replicas", 1))
+            view.gpus += pod_gpus(obj["spec"]["template"]["spec"]) * int(obj["spec"].get("replicas", 1))
     for view in runs.values():
-        if not any(o.startswith(("Job/", "JobSet/")) for o in view.objects):
+        if not any(o.split("/", 1)[0] in OWNERS for o in view.objects):
             view.state = "Services only"
     return runs, owners
 

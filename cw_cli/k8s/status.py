@@ -37,13 +37,13 @@ from cw_cli.k8s.run_view import (
     RunView,
     collect_runs,
     explain_run,
-    jobset_state,
     live_pods,
     pod_phase,
     pod_ready,
     wanted_logs,
 )
 from cw_cli.labels import COMPLETION_INDEX_ANNOTATION, COMPONENT_LABEL, JOBSET_NAME_LABEL, TRAINER, object_names
+from cw_cli.render.workload import JOBSET, OWNERS
 
 
 def run_status(kube: Kube, run_name: str) -> RunView:
@@ -190,7 +190,7 @@ def _gang_status(
         if refused:
             view.problems.append(f"the cluster refuses to create the pods of {job['metadata']['name']}: {refused}")
     statuses = {s["name"]: s for s in (jobset.get("status") or {}).get("replicatedJobsStatus") or []}
-    finished = jobset_state(jobset) in ("Succeeded", "Failed")
+    finished = OWNERS[JOBSET].state(jobset) in ("Succeeded", "Failed")
     for replicated in jobset["spec"].get("replicatedJobs") or []:
         role = replicated["name"]
         if role == TRAINER:

@@ -13,6 +13,7 @@ from msgspec import Struct, field
 from cw_cli.errors import ClusterUnreachable, Conflict, CwError, Forbidden, Interrupted, NotFound, Rejected, WaitTimeout
 from cw_cli.k8s.connection import Kube
 from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S, Plan
+from cw_cli.render.workload import OWNERS
 
 Progress = Callable[[str], None]
 
@@ -48,10 +49,11 @@ def _secret_and_volume_names(plan: Plan) -> tuple[set[str], set[str]]:
 
 
 def _pod_specs(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    if manifest["kind"] in ("Job", "Deployment"):
+    owner = OWNERS.get(manifest["kind"])
+    if owner is not None:
+        return [template["spec"] for _, template in owner.templates(manifest)]
+    if manifest["kind"] == "Deployment":
         return [manifest["spec"]["template"]["spec"]]
-    if manifest["kind"] == "JobSet":
-        return [job["template"]["spec"]["template"]["spec"] for job in manifest["spec"]["replicatedJobs"]]
     return []
 
 

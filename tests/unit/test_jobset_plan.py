@@ -12,7 +12,7 @@ import pytest
 from unit_helpers import CONFIGS, env_map, kinds_and_names, mounted_config, obj, plan_for, write_config
 
 from cw_cli.errors import ConfigError
-from cw_cli.k8s.run_view import jobset_state
+from cw_cli.render.workload import JobSetOwner
 
 RUN = "golden-run"
 SFT = {"model_name_or_path": "m", "dataset_name": "d", "gpu": 8, "checkpoint_volume": "ckpt"}
@@ -202,7 +202,7 @@ def _jobset(conditions=(), suspend=False, ready=0, labels=None):
     ],
 )
 def test_jobset_state_in_plain_words(jobset, state):
-    assert jobset_state(jobset) == state
+    assert JobSetOwner().state(jobset) == state
 
 
 def test_queued_helpers_request_only_resources_a_cluster_queue_covers(grpo_config):

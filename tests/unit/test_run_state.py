@@ -8,7 +8,9 @@ import pytest
 def test_job_state_reads_conditions_suspension_and_queue():
     from datetime import datetime, timezone
 
-    from cw_cli.k8s.run_view import job_state
+    from cw_cli.render.workload import JobOwner
+
+    job_state = JobOwner().state
 
     def job(spec=None, status=None, labels=None):
         return {"metadata": {"labels": labels or {}}, "spec": spec or {}, "status": status or {}}
