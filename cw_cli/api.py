@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from msgspec import Struct
 
 from cw_cli.errors import ConfigError, CwError
+from cw_cli.labels import TRAINER
 
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a call needs the cluster
     from cw_cli.config.models import ClusterSpec
@@ -161,7 +162,7 @@ def refusal_lines(estimate: RunEstimate) -> list[str]:
     for role in estimate.verdict.roles:  # against the GPU itself, not the refusal's band
         if role.fits or role.role not in estimate.roles:
             continue
-        if role.role == "trainer":
+        if role.role == TRAINER:
             t = est.trainer
             terms = [("weights", t.weights_bytes), ("gradients", t.gradients_bytes),
                      ("optimizer states", t.optimizer_states_bytes), ("master weights", t.master_weights_bytes),
@@ -604,7 +605,7 @@ class Run(Struct):
         return run_status(self.session.kube, self.name)
 
     def logs(
-        self, *, role: str = "trainer", rank: int | None = None, follow: bool = False, tail: int | None = None,
+        self, *, role: str = TRAINER, rank: int | None = None, follow: bool = False, tail: int | None = None,
         notice: Progress = _quiet,
     ) -> Iterator[str]:  # fmt: skip
         """Log lines of one pod (the trainer's rank 0 by default), through the API server.

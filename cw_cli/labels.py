@@ -50,10 +50,14 @@ READER = "reader"
 SERVE = "serve"
 #: Roles `cw logs --role` reads.
 LOG_ROLES = (*ROLES, EXPORT, SERVE)
+#: The keeper's objects (ServiceAccount, Role, RoleBinding) that let a run's servers stop themselves.
+KEEPER = "keeper"
+#: The memory estimate's roles: the trainer (:data:`TRAINER`) and the vLLM engine.
+VLLM = "vllm"
 
 
 #: Suffix of each object of a run after the run's name (`<run>-config`, `<run>-trainer`, ...).
-OBJECT_SUFFIXES = ("config", "trainer", "nodes", "server", "reward", "keeper", "network")
+OBJECT_SUFFIXES = ("config", TRAINER, "nodes", SERVER, REWARD, KEEPER, "network")
 
 
 def object_names(run_name: str) -> dict[str, str]:

@@ -11,6 +11,7 @@ from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import check_gpu_memory_flag
 from cw_cli.cli.output import err, out
 from cw_cli.cli.run import gpu_memory_option, launch_options
+from cw_cli.labels import TRAINER, VLLM
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -160,7 +161,7 @@ def _print(result: RunEstimate) -> None:
         console.print(f"GPU: {_gib(gpu.bytes)} GiB ({escape(product)}from {escape(result.gpu.source or '?')})")
     else:
         console.print("GPU: memory unknown (no verdict)")
-    if "trainer" in result.roles:
+    if TRAINER in result.roles:
         console.print(_trainer_table(result))
     if est.vllm is not None:
         console.print(_vllm_table(result))
@@ -248,7 +249,7 @@ def _verdict(result: RunEstimate) -> None:
         if role.role not in result.roles:
             continue
         mark = "[green]fits[/]" if role.fits else "[red]does not fit[/]"
-        console.print(f"{'vLLM' if role.role == 'vllm' else 'trainer'}: {mark}: {_gib(role.required_bytes)} of "
+        console.print(f"{'vLLM' if role.role == VLLM else TRAINER}: {mark}: {_gib(role.required_bytes)} of "
                       f"{_gib(role.available_bytes)} GiB ({role.ratio:.0%}; {escape(role.reason)})")  # fmt: skip
     if result.fits is False:
         band = ("clearly: a launch is refused (--force launches anyway)" if result.clearly_too_big

@@ -8,6 +8,7 @@ import click
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import context_option, namespace_option, output_option, run_argument
 from cw_cli.cli.plain import echo, printable, table
+from cw_cli.labels import LOG_ROLES, TRAINER
 
 
 def _age(created: object) -> str:
@@ -136,7 +137,7 @@ def status_command(run: str, namespace: str | None, context: str | None, output:
 @click.command("logs")
 @run_argument()
 @click.option("--follow", "-f", is_flag=True, help="Stream new lines until the pod ends.")
-@click.option("--role", default="trainer", show_default=True, help="trainer, server, reward or export.")
+@click.option("--role", default=TRAINER, show_default=True, help=f"{', '.join(LOG_ROLES[:-1])} or {LOG_ROLES[-1]}.")
 @click.option("--rank", type=int, help="Node rank of a multi-node trainer.")
 @click.option("--tail", type=int, help="Only the last N lines.")
 @namespace_option
@@ -150,7 +151,6 @@ def logs_command(
 
     from cw_cli import api
     from cw_cli.errors import ConfigError
-    from cw_cli.labels import LOG_ROLES
 
     if role not in LOG_ROLES:
         raise ConfigError([f"--role {role!r}: expected {', '.join(LOG_ROLES)}"])

@@ -21,6 +21,7 @@ from cw_cli.estimate.memory import (
     VllmSetup,
     estimate_memory,
 )
+from cw_cli.labels import TRAINER, VLLM
 
 # A colocated engine that sleeps still keeps its CUDA context in the trainer's process.
 _SLEEPING_VLLM_BYTES = 1 * GIB
@@ -126,11 +127,11 @@ def fits(estimate: Estimate, gpu_memory_bytes: int, headroom: float = 0.0) -> Ve
         else:
             need = t.per_gpu_bytes + share
             why = f"trainer peak + colocated vLLM's {v.gpu_memory_utilization:.0%} of the GPU"
-    roles.append(RoleVerdict("trainer", need <= usable, need, usable, why))
+    roles.append(RoleVerdict(TRAINER, need <= usable, need, usable, why))
     if v is not None:
         budget = int(v.gpu_memory_utilization * gpu_memory_bytes)
         roles.append(RoleVerdict(
-            "vllm", v.min_per_gpu_bytes <= budget, v.min_per_gpu_bytes, budget,
+            VLLM, v.min_per_gpu_bytes <= budget, v.min_per_gpu_bytes, budget,
             f"weights + overhead + KV cache of one {v.max_model_len}-token sequence within "
             f"gpu_memory_utilization={v.gpu_memory_utilization}",
         ))

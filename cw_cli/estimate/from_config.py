@@ -33,6 +33,7 @@ from msgspec.structs import asdict, replace
 from cw_cli.estimate.gpu_memory import GpuChoice, resolve_gpu_memory
 from cw_cli.estimate.gpus import parse_memory
 from cw_cli.estimate.model_config import check_model_config, find_model_config
+from cw_cli.labels import TRAINER, VLLM
 from cw_cli.types import TrainingType
 
 if TYPE_CHECKING:  # types only: a launch whose model is not found here never loads the memory model
@@ -133,7 +134,7 @@ class RunEstimate(Struct, frozen=True):
     refusal: Verdict | None = None
     suggestions: tuple[Suggestion, ...] = ()
     changes: tuple[tuple[str, ...], ...] = ()
-    roles: tuple[str, ...] = ("trainer", "vllm")
+    roles: tuple[str, ...] = (TRAINER, VLLM)
     notes: tuple[str, ...] = ()
     skipped: str | None = None
     unmodelled: tuple[str, ...] = ()
@@ -180,10 +181,10 @@ class RunEstimate(Struct, frozen=True):
         if self.verdict is not None:
             return [(r.role, r.required_bytes) for r in self.verdict.roles if r.role in self.roles]
         needs = []
-        if "trainer" in self.roles:
-            needs.append(("trainer", self.estimate.trainer.per_gpu_bytes))
-        if self.estimate.vllm is not None and "vllm" in self.roles:
-            needs.append(("vllm", self.estimate.vllm.min_per_gpu_bytes))
+        if TRAINER in self.roles:
+            needs.append((TRAINER, self.estimate.trainer.per_gpu_bytes))
+        if self.estimate.vllm is not None and VLLM in self.roles:
+            needs.append((VLLM, self.estimate.vllm.min_per_gpu_bytes))
         return needs
 
     def to_dict(self) -> dict[str, Any]:
@@ -218,7 +219,7 @@ class RunEstimate(Struct, frozen=True):
             "gpu_memory_bytes": gpu.bytes if gpu else None,
             "gpu_product": gpu.product if gpu else None,
             "gpu_memory_source": self.gpu.source,
-            "trainer": est.get("trainer") if "trainer" in self.roles else None,
+            "trainer": est.get("trainer") if TRAINER in self.roles else None,
             "vllm": est.get("vllm"),
             "verdict": verdict,
             "suggestions": [
@@ -234,7 +235,7 @@ class RunEstimate(Struct, frozen=True):
         return {key: data[key] for key in JSON_KEYS}
 
 
-_ROLE_NAMES = {"trainer": "trainer", "vllm": "vLLM"}
+_ROLE_NAMES = {TRAINER: "trainer", VLLM: "vLLM"}
 
 
 def _setup_dict(setup: TrainingSetup | None) -> dict[str, Any] | None:
@@ -290,7 +291,7 @@ def estimate_run(
             dimension no model has (``num_hidden_layers: 1e12``, zero heads, a list).
     """
     kind = TrainingType(getattr(training_type, "value", training_type))
-    roles = ("vllm",) if services_only else ("trainer", "vllm")
+    roles = (VLLM,) if services_only else (TRAINER, VLLM)
     base = RunEstimate(framework.name, kind.value, None, roles=roles)
     if gpu_memory is not None and gpu_memory != "":
         parse_memory(gpu_memory)  # a bad flag fails before anything else

@@ -22,6 +22,7 @@ from cw_cli.estimate.gpus import (
     parse_memory,
 )
 from cw_cli.estimate.values import as_mapping
+from cw_cli.labels import GPU_RESOURCE
 
 if TYPE_CHECKING:  # types only
     from cw_cli.config.models import ClusterSpec
@@ -45,7 +46,7 @@ class GpuChoice(Struct, frozen=True):
 
 def _gpu_count(node: Mapping[str, Any]) -> int | None:
     status = as_mapping(node.get("status"))
-    value = as_mapping(status.get("allocatable")).get("nvidia.com/gpu")
+    value = as_mapping(status.get("allocatable")).get(GPU_RESOURCE)
     try:
         return int(value) if value is not None else None
     except (TypeError, ValueError):

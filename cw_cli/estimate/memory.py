@@ -35,6 +35,7 @@ from cw_cli.estimate.params import (
 )
 from cw_cli.estimate.shapes import ModelShape, model_shape, tied_embeddings
 from cw_cli.estimate.vllm import GIB, VllmMemory, VllmSetup, kv_bytes_per_token, vllm_memory
+from cw_cli.labels import TRAINER
 
 __all__ = [
     "GIB", "Estimate", "TrainerMemory", "TrainingSetup", "VllmMemory", "VllmSetup",
@@ -582,7 +583,7 @@ def _trainer(
     if vllm is not None and vllm.mode == "colocate" and gpu_memory_bytes:
         colocated = int(vllm.gpu_memory_utilization * gpu_memory_bytes)
     return TrainerMemory(
-        role="trainer",
+        role=TRAINER,
         world_size=world,
         weights_bytes=int(weights),
         gradients_bytes=int(gradients),

@@ -211,9 +211,16 @@ class BaseTrainingFramework(ABC):
     #: parser, so cw neither renames its keys nor checks them against the framework's command.
     #: False where a script takes the framework's own arguments (verifiers' `@ config.toml`).
     script_reads_its_own_keys: ClassVar[bool] = True
-    #: cw's launcher resumes from the newest ``checkpoint-N`` in ``output_dir`` (HF Trainer CLIs
-    #: that take ``--resume_from_checkpoint``); False for frameworks that resume by themselves.
-    launcher_resumes: ClassVar[bool] = False
+    #: cw's pod entrypoint (``cw_entrypoint.py``) resumes from the newest ``checkpoint-N`` in
+    #: ``output_dir`` (HF Trainer CLIs that take ``--resume_from_checkpoint``); False for
+    #: frameworks that resume by themselves. A plugin's ``launcher_resumes`` (the earlier name)
+    #: is read as this.
+    entrypoint_resumes: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "launcher_resumes" in vars(cls):  # the attribute's earlier name, still honoured
+            cls.entrypoint_resumes = bool(vars(cls)["launcher_resumes"])
     #: Native key of the model's revision (branch, tag or commit), so the estimate reads the
     #: config.json of that snapshot; None when the framework has none.
     model_revision_key: ClassVar[str | None] = None

@@ -44,7 +44,7 @@ def runtime_file(config_key: str) -> str:
     return (RUNTIME_DIR / _SOURCES[config_key]).read_text(encoding="utf-8")
 
 
-def with_launcher(command: list[str], *, resume: bool, setup: list[list[str]] | None = None) -> list[str]:
+def with_entrypoint(command: list[str], *, resume: bool, setup: list[list[str]] | None = None) -> list[str]:
     """The trainer's ``command`` run through ``cw_entrypoint.py``, which claims the run's folder, runs
     the ``setup`` commands and, with ``resume``, adds ``--resume_from_checkpoint`` for the newest
     checkpoint in ``output_dir``."""

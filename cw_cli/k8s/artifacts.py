@@ -21,7 +21,7 @@ from cw_cli.frameworks.runtime_files import ARTIFACTS_FILE, runtime_file
 from cw_cli.k8s.connection import ClusterTarget, Kube
 from cw_cli.k8s.pod_exec import ExecResult, exec_in_pod
 from cw_cli.k8s.run_facts import claims_of, output_dir_of, trainer_of
-from cw_cli.labels import COMPONENT_LABEL, READER
+from cw_cli.labels import COMPONENT_LABEL, READER, TRAINER
 from cw_cli.render.plan import CONTAINER_SECURITY, POD_SECURITY
 
 #: The reader pod's longest life: it is deleted once read, and ends by itself after this.
@@ -32,7 +32,7 @@ READER_START_S = 180
 
 def reader_pod(run_name: str, owner: dict[str, Any], pod: dict[str, Any], claim: str) -> dict[str, Any]:
     """The reader pod: the trainer's image and placement, the run's claim read-only at /checkpoints."""
-    container = next(c for c in pod["containers"] if c["name"] == "trainer")
+    container = next(c for c in pod["containers"] if c["name"] == TRAINER)
     labels = {k: v for k, v in (owner["metadata"].get("labels") or {}).items() if not k.startswith("kueue.x-k8s.io/")}
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -121,7 +121,7 @@ def reader(kube: Kube, target: ClusterTarget, run_name: str) -> Iterator[Reader]
     if volume is None or volume["metadata"].get("deletionTimestamp"):
         state = "is gone" if volume is None else "is being deleted"
         raise NotFound(f"run {run_name!r}'s checkpoint volume {claim} {state}: its outputs go with it")
-    container = next(c for c in pod["containers"] if c["name"] == "trainer")
+    container = next(c for c in pod["containers"] if c["name"] == TRAINER)
     run_dir = output_dir_of(kube, run_name, container.get("workingDir") or f"{CHECKPOINT_MOUNT}/{run_name}")
     manifest = reader_pod(run_name, owner, pod, str(claim))
     name = manifest["metadata"]["name"]

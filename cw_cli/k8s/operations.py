@@ -9,6 +9,7 @@ from cw_cli.errors import NotFound, Rejected, RunFailed, WaitTimeout
 from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.explanations import explain_pending, pods_refused
 from cw_cli.k8s.queries import find_pod, run_objects, run_selector
+from cw_cli.labels import TRAINER
 from cw_cli.render.workload import owner_kind
 
 Progress = Callable[[str], None]
@@ -127,7 +128,7 @@ def _split_timestamp(line: str) -> tuple[str, str]:
 def stream_logs(
     kube: Kube,
     run_name: str,
-    role: str = "trainer",
+    role: str = TRAINER,
     rank: int | None = None,
     follow: bool = False,
     tail: int | None = None,

@@ -68,7 +68,7 @@ def run_status(kube: Kube, run_name: str) -> RunView:
     fetched = gather({
         **{kind: partial(named_object, kube, kind, names[suffix], run_name) for kind, suffix in NAMED_KINDS.items()},
         # Most runs are one trainer Job: read it by name with the first round, whole.
-        "Job": partial(named_object, kube, "Job", names["trainer"], run_name, whole=True),
+        "Job": partial(named_object, kube, "Job", names[TRAINER], run_name, whole=True),
         "Pod": lambda: kube.list("Pod", selector),
     })  # fmt: skip
     recorded = recorded_kinds(fetched["ConfigMap"])

@@ -24,6 +24,7 @@ from msgspec.structs import asdict
 
 from cw_cli.errors import ClusterUnreachable, CwError
 from cw_cli.k8s.kubeconfig import KubeconfigError
+from cw_cli.labels import GPU_RESOURCE
 
 from . import api, argv, controllers, jobset, kueue, procs
 from .build import Binaries, binary_paths, ensure_binaries, missing_components
@@ -321,7 +322,7 @@ def _node_status(n: dict) -> NodeStatus:
     alloc = st.get("allocatable") or {}
     taints = [f"{t.get('key')}:{t.get('effect')}" for t in n.get("spec", {}).get("taints", []) or []]
     return NodeStatus(n["metadata"]["name"], conds.get("Ready") == "True",
-                      alloc.get("nvidia.com/gpu", "0"), alloc.get("cpu", "?"),
+                      alloc.get(GPU_RESOURCE, "0"), alloc.get("cpu", "?"),
                       alloc.get("memory", "?"), taints)
 
 

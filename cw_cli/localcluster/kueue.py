@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from cw_cli.labels import GPU_RESOURCE
+
 from . import api, controllers
 from .errors import StartError
 from .paths import cache_dir, load_versions
@@ -38,7 +40,7 @@ NAMESPACE = "kueue-system"
 WEBHOOK_PATHS = ("-batch-v1-job", "-jobset-x-k8s-io-", "-kueue-x-k8s-io-")
 #: Kueue's integrations: batch/v1 Jobs (cw's runs) and JobSets (the JobSet controller runs too).
 FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
-COVERED = ("cpu", "memory", "nvidia.com/gpu")
+COVERED = ("cpu", "memory", GPU_RESOURCE)
 
 
 def kueue_dir(cache: Path | None = None) -> Path:
@@ -71,7 +73,7 @@ def configuration(webhook_port: int, health_port: int, metrics_port: int, cert_d
 def queue_manifests(cpu: str, memory: str, gpus: int) -> list[dict[str, Any]]:
     """ResourceFlavor, ClusterQueue (quota = the given totals) and the LocalQueue of namespace default."""
     quota = [{"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": memory},
-             {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)}]  # fmt: skip
+             {"name": GPU_RESOURCE, "nominalQuota": str(gpus)}]  # fmt: skip
     return [
         {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}},
         {
@@ -149,6 +151,6 @@ def capacity_of(nodes: list[dict[str, Any]]) -> tuple[str, str, int]:
 
     cpu = sum(parse_quantity(str(n["status"]["allocatable"].get("cpu", 0))) for n in nodes)
     memory = sum(parse_quantity(str(n["status"]["allocatable"].get("memory", 0))) for n in nodes)
-    gpus = sum(int(n["status"]["allocatable"].get("nvidia.com/gpu", 0)) for n in nodes)
+    gpus = sum(int(n["status"]["allocatable"].get(GPU_RESOURCE, 0)) for n in nodes)
     return str(int(cpu)), f"{int(memory // 2**30)}Gi", gpus
 

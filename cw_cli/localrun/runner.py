@@ -32,9 +32,9 @@ from typing import Any
 import yaml
 from msgspec import Struct, field
 
-from cw_cli.labels import COMPLETION_INDEX_ANNOTATION
+from cw_cli.labels import COMPLETION_INDEX_ANNOTATION, TRAINER
 
-TRAINER_CONTAINER = "trainer"
+TRAINER_CONTAINER = TRAINER
 CONFIG_MOUNT = "/etc/cw"
 CHECKPOINT_MOUNT = "/checkpoints"
 CONFIG_KEY = "config.yaml"

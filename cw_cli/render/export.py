@@ -121,6 +121,7 @@ def export_manifests(facts: ExportFacts, choice: ExportChoice, namespace: str | 
         "name": name,
         "namespace": namespace,
         "labels": labels,
+        "roles": {EXPORT: EXPORT},
         "ttl_seconds": EXPORT_TTL_HOURS * 3600,
         "pod_security": POD_SECURITY,
         "container_security": CONTAINER_SECURITY,

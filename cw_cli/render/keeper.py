@@ -13,6 +13,7 @@ from typing import Any
 
 from cw_cli.frameworks.base import CONFIG_MOUNT
 from cw_cli.frameworks.runtime_files import KEEPER_FILE
+from cw_cli.labels import KEEPER
 
 TOKEN_VOLUME = "keeper-token"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -55,7 +56,7 @@ def keeper_container(
     if lifetime_s:
         env.append({"name": "CW_LIFETIME_S", "value": str(lifetime_s)})
     return {
-        "name": "keeper",
+        "name": KEEPER,
         "image": image,
         "imagePullPolicy": pull_policy,
         "command": ["python3", f"{CONFIG_MOUNT}/{KEEPER_FILE}"],

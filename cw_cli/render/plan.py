@@ -39,7 +39,7 @@ from cw_cli.frameworks.runtime_files import (
     RESUME_CHANGED_ENV,
     WAIT_FILE,
     runtime_file,
-    with_launcher,
+    with_entrypoint,
     with_requirements,
 )
 from cw_cli.labels import (
@@ -47,6 +47,7 @@ from cw_cli.labels import (
     COMPONENT_LABEL,
     GPU_RESOURCE,
     INSTANCE_LABEL,
+    KEEPER,
     KINDS_ANNOTATION,
     KUEUE_QUEUE_LABEL,
     LIFETIME_ANNOTATION,
@@ -55,6 +56,7 @@ from cw_cli.labels import (
     NAME_LABEL,
     PART_OF,
     PART_OF_LABEL,
+    ROLES,
     RUN_LABEL,
     SWEEP_LABEL,
     TENSORBOARD_ANNOTATION,
@@ -348,7 +350,7 @@ def _keeper_rbac(
 ) -> list[dict[str, Any]]:
     """ServiceAccount (unless the user names one), Role and RoleBinding of the run's server keepers."""
     names = common["names"]
-    trainer_job = None if request.services_only else names["trainer"]
+    trainer_job = None if request.services_only else names[TRAINER]
     keeper = {
         "rules": keeper_rules(trainer_job, servers),
         "subjects": keeper_subjects(account, request.namespace),
@@ -357,10 +359,10 @@ def _keeper_rbac(
     manifests = []
     if not request.config.cluster.service_account:
         manifests.append(
-            render_manifest(templates["keeper_serviceaccount"], view, dirs, "ServiceAccount", names["keeper"])
+            render_manifest(templates["keeper_serviceaccount"], view, dirs, "ServiceAccount", names[KEEPER])
         )
-    manifests.append(render_manifest(templates["keeper_role"], view, dirs, "Role", names["keeper"]))
-    manifests.append(render_manifest(templates["keeper_rolebinding"], view, dirs, "RoleBinding", names["keeper"]))
+    manifests.append(render_manifest(templates["keeper_role"], view, dirs, "Role", names[KEEPER]))
+    manifests.append(render_manifest(templates["keeper_rolebinding"], view, dirs, "RoleBinding", names[KEEPER]))
     return manifests
 
 
@@ -466,12 +468,12 @@ def build_plan(request: RunRequest) -> Plan:
     trainer_job = None if request.services_only else _trainer_job(scope, output, workload)
     if trainer_job is not None and not workload.gang:
         plan.manifests.append(trainer_job)
-        plan.trainer_job = names["trainer"]
+        plan.trainer_job = names[TRAINER]
     plan.manifests.append(scope.render("configmap", {"files": data, "binary_files": binary_data}, "ConfigMap", names["config"]))
     if not request.services_only and cluster.nodes > 1 and not workload.gang:
         plan.manifests.append(scope.render("headless_service", {}, "Service", names["nodes"]))
     server_names = [f"{request.run_name}-{service.role}" for service in output.services]
-    keeper_account = cluster.service_account or names["keeper"]
+    keeper_account = cluster.service_account or names[KEEPER]
     if output.services and not workload.gang:
         plan.manifests += _keeper_rbac(request, scope.common, scope.dirs, scope.templates, server_names, keeper_account)
     plan.manifests.append(scope.render("networkpolicy", {}, "NetworkPolicy", names["network"]))
@@ -611,6 +613,8 @@ def _scope(request: RunRequest, context: RunContext, config_items: list[dict[str
         "namespace": request.namespace,
         "labels": labels,
         "names": context.names,
+        # The roles by name, so a template never spells one (labels.py owns them).
+        "roles": {role: role for role in (*ROLES, KEEPER)},
         "cluster": cluster.model_dump(),
         "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in cluster.tolerations],
         "pull_policy": pull_policy,
@@ -670,7 +674,7 @@ def _trainer_job(scope: _Scope, output: _FrameworkOutput, workload: Workload) ->
         scope.secret_refs,
     )
     if cluster.nodes > 1:
-        master = trainer_address(request.run_name) if workload.gang else f"{names['trainer']}-0.{names['nodes']}"
+        master = trainer_address(request.run_name) if workload.gang else f"{names[TRAINER]}-0.{names['nodes']}"
         trainer_env += _multi_node_env(master, cluster.nodes)
     job_labels = {**scope.labels, COMPONENT_LABEL: TRAINER}
     if workload.queue and not workload.gang:
@@ -682,7 +686,7 @@ def _trainer_job(scope: _Scope, output: _FrameworkOutput, workload: Workload) ->
     trainer = {
         "image": scope.image,
         "command": with_requirements(
-            with_launcher(command, resume=framework.launcher_resumes, setup=setup), output.requirements
+            with_entrypoint(command, resume=framework.entrypoint_resumes, setup=setup), output.requirements
         ),
         "env": trainer_env,
         "resources": _resources(context.gpus, cluster.cpu, cluster.memory, rdma=cluster.rdma),
@@ -706,7 +710,7 @@ def _trainer_job(scope: _Scope, output: _FrameworkOutput, workload: Workload) ->
         "spread_affinity": _spread_affinity(scope.labels),
         "wait_containers": waits,
     }
-    return scope.render("job", values, "Job", names["trainer"])
+    return scope.render("job", values, "Job", names[TRAINER])
 
 
 def _servers(

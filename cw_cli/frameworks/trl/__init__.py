@@ -102,7 +102,7 @@ class TRLFramework(BaseTrainingFramework):
         TrainingType.DISTILLATION,
     )
     aliases = {"rlhf": TrainingType.GRPO}
-    launcher_resumes = True
+    entrypoint_resumes = True
     model_revision_key = "model_revision"
     words = TRL_WORDS
     module_keys = (("reward_funcs",),)
