@@ -83,3 +83,19 @@ def test_the_check_finds_a_role_spelled_out(tmp_path):
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "fine.py").write_text('SECTION = "trainer"\n')  # not a layer that names pods
     assert role_spellings(tmp_path) == ["k8s/bad.py:2: 'trainer'"]
+
+
+def test_a_plugin_that_says_launcher_resumes_still_resumes():
+    """`entrypoint_resumes` was called `launcher_resumes`: a plugin written then keeps working."""
+    from cw_cli.frameworks.base import BaseTrainingFramework
+
+    class Old(BaseTrainingFramework):
+        launcher_resumes = True
+
+    class New(BaseTrainingFramework):
+        entrypoint_resumes = True
+
+    class Neither(BaseTrainingFramework):
+        pass
+
+    assert (Old.entrypoint_resumes, New.entrypoint_resumes, Neither.entrypoint_resumes) == (True, True, False)
