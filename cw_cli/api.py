@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
-from cw_cli.errors import ConfigError, CwError
-from cw_cli.labels import TRAINER
+from cw_cli.errors import ClusterUnreachable, ConfigError, Conflict, CwError, Interrupted, RunFailed
+from cw_cli.labels import SERVER_ROLES, TRAINER
 
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a call needs the cluster
     from cw_cli.config.models import ClusterSpec
@@ -416,7 +416,6 @@ def _facts_for(
         cluster's error when it could not be asked and the caller is a launch (raised once
         the config is known to be valid).
     """
-    from cw_cli.errors import ClusterUnreachable
     from cw_cli.render.workload import ClusterFacts, apis_to_ask
 
     apis = apis_to_ask(cluster, services, local)
@@ -532,7 +531,6 @@ def plan_sweep(
     if problems:
         raise ConfigError(problems, hint="fix the sweep's values; no run of it was created")
     if connect is not None and not if_reachable:  # a submit follows: fail before anything is created
-        from cw_cli.errors import ClusterUnreachable
 
         for run in runs:
             if run.request.facts.not_asked:
@@ -564,7 +562,6 @@ class Export(Struct):
             RunFailed: The export failed (its log says why: ``cw logs RUN --role export``).
             WaitTimeout: Still running after ``timeout`` seconds.
         """
-        from cw_cli.errors import RunFailed
         from cw_cli.k8s.operations import wait_for_run
 
         try:
@@ -637,7 +634,6 @@ class Run(Struct):
             RunFailed: The trainer failed (the message carries its reason).
             WaitTimeout: Still running after ``timeout`` seconds.
         """
-        from cw_cli.errors import RunFailed
         from cw_cli.k8s.operations import wait_for_run
 
         kind = self._owner_kind()
@@ -784,7 +780,6 @@ class Run(Struct):
     def wait_for_servers(self, timeout: float | None = None, progress: Progress = _quiet) -> None:
         """Block until the run's servers are Ready (a ``--services`` run)."""
         from cw_cli.k8s.submit import wait_for_deployments
-        from cw_cli.labels import SERVER_ROLES
         from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S
 
         names = self._plan.service_deployments if self._plan else [
@@ -1004,7 +999,6 @@ class Session:
         """
         from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-        from cw_cli.errors import Conflict, Interrupted
 
         total = len(planned.runs)
         self.kube  # noqa: B018 - connect once, before the threads share the connection pool

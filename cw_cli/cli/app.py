@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cw_cli import __version__
+from cw_cli.errors import ExitCode
 
 if TYPE_CHECKING:
     from cw_cli.frameworks.registry import FrameworkRegistry
@@ -184,7 +185,6 @@ def _load_registry() -> FrameworkRegistry:
         return registry.load_all(slow=slow)
     except KeyboardInterrupt:
         from cw_cli.cli.plain import printable, say
-        from cw_cli.errors import ExitCode
 
         where = f"the plugin {printable(registry.loading)}" if registry.loading else "the frameworks"
         say(f"error: interrupted while loading {where}; {DISABLE_PLUGINS_ENV}=1 starts cw without plugins")

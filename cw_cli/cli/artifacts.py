@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from cw_cli.cli.errors import handle_errors
+from cw_cli.cli.formats import check_output, dump
 from cw_cli.cli.options import context_option, namespace_option, output_option, run_argument
 from cw_cli.cli.plain import printable, table
 
@@ -41,7 +42,6 @@ def _row(item: dict[str, Any]) -> list[str]:
 def artifacts_command(run: str, namespace: str | None, context: str | None, output: str) -> None:
     """List a run's checkpoints, final model and exports on its volume (step, size, time, metrics)."""
     from cw_cli import api
-    from cw_cli.cli.formats import check_output, dump
     from cw_cli.cli.runs import check_run_argument
 
     output = check_output(output)

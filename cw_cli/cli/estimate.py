@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cw_cli.cli.errors import handle_errors
+from cw_cli.cli.formats import check_output, dump
 from cw_cli.cli.options import check_gpu_memory_flag
 from cw_cli.cli.output import err, out
 from cw_cli.cli.run import gpu_memory_option, launch_options
 from cw_cli.labels import TRAINER, VLLM
+from cw_cli.render.naming import validate_run_name
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -97,13 +99,11 @@ def estimate_command(
     verdict and the changes that would make it fit. docs/estimate.md has the model.
     """
     from cw_cli import api
-    from cw_cli.cli.formats import check_output, dump
 
     output = check_output(output)
     check_gpu_memory_flag(gpu_memory)  # before anything is read: `--gpu-memory 0` is no GPU
     registry = _registry(ctx)
     if name is not None:
-        from cw_cli.render.naming import validate_run_name
 
         validate_run_name(name)  # a launch option: checked, though an estimate names nothing
 

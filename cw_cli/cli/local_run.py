@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cw_cli.cli.output import err, out
+from cw_cli.errors import ConfigError
 from cw_cli.render.plan import Plan
 
 
@@ -18,7 +19,6 @@ def run_locally(plan: Plan, checkpoint_dir: Path | None = None) -> int:
     Returns:
         The trainer's exit code.
     """
-    from cw_cli.errors import ConfigError
     from cw_cli.localrun.runner import LocalRunError, LocalRunner
 
     if plan.service_deployments:

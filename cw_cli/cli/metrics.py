@@ -13,6 +13,8 @@ import click
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import context_option, namespace_option
 from cw_cli.cli.output import err, out
+from cw_cli.errors import ConfigError, NotFound
+from cw_cli.render.naming import validate_run_name
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -64,7 +66,6 @@ def _view(runs: list[RunMetrics], metrics: list[str], width: int) -> RenderableT
 
 
 def _resolve_metrics(runs: list[RunMetrics], asked: list[str]) -> list[str]:
-    from cw_cli.errors import ConfigError
     from cw_cli.metrics.parse import default_metrics
 
     if not asked:
@@ -98,8 +99,6 @@ def _load(target: str, rank: int | None, namespace: str | None, context: str | N
 
 def _check_run_name(target: str) -> None:
     """A target that is neither an existing path nor a run name is a missing file: no cluster is asked."""
-    from cw_cli.errors import ConfigError, NotFound
-    from cw_cli.render.naming import validate_run_name
 
     try:
         validate_run_name(target)
@@ -174,7 +173,6 @@ def metrics_command(
 
     RUN|PATH: run names, or local paths (an output/checkpoint folder, a trainer_state.json, a log file).
     """
-    from cw_cli.errors import ConfigError
 
     if output not in OUTPUTS:
         raise ConfigError([f"-o {output!r}: expected table, json or csv"])

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from cw_cli.errors import ConfigError
+
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
@@ -49,7 +51,6 @@ def check_gpu_memory_flag(value: str | None) -> str | None:
     if value is None:
         return None
     from cw_cli.config.models import gpu_memory_size
-    from cw_cli.errors import ConfigError
 
     try:
         return gpu_memory_size(value)

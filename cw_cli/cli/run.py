@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +14,7 @@ from msgspec import Struct
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import context_option, namespace_option
 from cw_cli.cli.plain import printable, say
+from cw_cli.errors import Interrupted, RunFailed
 from cw_cli.frameworks.registry import FrameworkRegistry
 
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a command needs the cluster
@@ -202,7 +204,6 @@ def _sweep(
     memory: MemoryCheck,
 ) -> None:
     from cw_cli import api
-    from cw_cli.errors import RunFailed
 
     if session is None:
         planned = api.plan_sweep(config, framework_name, type_name, sweep=flags, name=name, registry=registry, **options)
@@ -248,7 +249,6 @@ def _print_notices(notices: list[str]) -> None:
 
 def _local_gpu_count() -> int:
     """GPUs on this machine, without importing torch: CUDA_VISIBLE_DEVICES, else nvidia-smi."""
-    import os
     import shutil
     import subprocess
 
@@ -271,7 +271,6 @@ def _apply(
     memory: MemoryCheck,
 ) -> None:
     from cw_cli.cli.interrupts import interrupt_within
-    from cw_cli.errors import Interrupted
 
     plan = planned.plan
 

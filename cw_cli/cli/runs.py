@@ -3,16 +3,21 @@
 
 from __future__ import annotations
 
+import sys
+from datetime import datetime, timezone
+
 import click
 
 from cw_cli.cli.errors import handle_errors
+from cw_cli.cli.formats import check_output, check_states, dump, list_dict, state_key, status_dict
 from cw_cli.cli.options import context_option, namespace_option, output_option, run_argument
 from cw_cli.cli.plain import echo, printable, table
+from cw_cli.errors import ConfigError
 from cw_cli.labels import LOG_ROLES, TRAINER
+from cw_cli.render.naming import MAX_RUN_NAME, is_run_name
 
 
 def _age(created: object) -> str:
-    from datetime import datetime, timezone
 
     if not isinstance(created, datetime):
         return "?"
@@ -44,7 +49,6 @@ def list_command(
 ) -> None:
     """List the runs in the namespace, with state, GPUs, age and why a failed run failed."""
     from cw_cli import api
-    from cw_cli.cli.formats import check_output, check_states, dump, list_dict, state_key
 
     output = check_output(output)
     states = check_states(list(state)) if state else None
@@ -87,7 +91,6 @@ def list_command(
 def status_command(run: str, namespace: str | None, context: str | None, output: str) -> None:
     """Show a run's Job, pods and services; say why a pod is Pending or why the run failed."""
     from cw_cli import api
-    from cw_cli.cli.formats import check_output, dump, status_dict
 
     output = check_output(output)
     check_run_argument(run)
@@ -147,10 +150,8 @@ def logs_command(
     run: str, follow: bool, role: str, rank: int | None, tail: int | None, namespace: str | None, context: str | None
 ) -> None:
     """Print (or follow) the log of one pod of a run, through the API server."""
-    import sys
 
     from cw_cli import api
-    from cw_cli.errors import ConfigError
 
     if role not in LOG_ROLES:
         raise ConfigError([f"--role {role!r}: expected {', '.join(LOG_ROLES)}"])
@@ -174,7 +175,6 @@ def logs_command(
 def delete_command(run: str | None, sweep: str | None, namespace: str | None, context: str | None) -> None:
     """Delete every object of a run, or of every run of a sweep (and nothing else)."""
     from cw_cli import api
-    from cw_cli.errors import ConfigError
 
     if (run is None) == (sweep is None):
         raise ConfigError(["give a run name or --sweep NAME (not both)"], hint="cw delete RUN, or cw delete --sweep NAME")
@@ -194,10 +194,8 @@ def delete_command(run: str | None, sweep: str | None, namespace: str | None, co
 
 def check_run_argument(run: str) -> None:
     """Refuse what cannot be a run's name before asking the cluster (exit 2, not 3 or 4)."""
-    from cw_cli.render.naming import MAX_RUN_NAME, is_run_name
 
     if not is_run_name(run):
-        from cw_cli.errors import ConfigError
 
         raise ConfigError(
             [f"RUN {printable(run[:80])!r} is not a run name: at most {MAX_RUN_NAME} lower-case letters, digits or '-', "

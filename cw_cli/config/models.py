@@ -12,6 +12,7 @@ The models are built at the end of this module with pydantic's plugin lookup off
 """
 
 import os
+import posixpath
 import re
 import sys
 import types
@@ -171,7 +172,6 @@ _CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 def _shipped_name(entry: object) -> object:
     if not isinstance(entry, str):
         return entry
-    import posixpath
 
     name = posixpath.basename(entry.rstrip("/"))
     if not _CONFIGMAP_KEY.fullmatch(name) or name in (".", "..") or name.startswith(".."):
@@ -263,7 +263,6 @@ class VolumeMount(StrictModel):
     @field_validator("path")
     @classmethod
     def _absolute(cls, path: str) -> str:
-        import posixpath
 
         if not path.startswith("/") or posixpath.normpath(path) != path or path == "/" or not path.isprintable():
             raise ValueError(f"{path!r} must be a normalised absolute path such as /data")
@@ -508,7 +507,6 @@ class ClusterSpec(StrictModel):
     @field_validator("files")
     @classmethod
     def _distinct_names(cls, files: list[str]) -> list[str]:
-        import posixpath
 
         names = [posixpath.basename(entry.rstrip("/")) for entry in files]
         twice = sorted({name for name in names if names.count(name) > 1})

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import re
 
+from cw_cli.errors import ConfigError
+
 _QUANTITY = re.compile(
     r"(?P<number>\d+(\.\d+)?|\.\d+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE](?P<exponent>\d+))?"
 )
@@ -99,7 +101,6 @@ def parse_duration(text: str, option: str) -> int:
     Raises:
         ConfigError: Not such a duration, or longer than :data:`MAX_DURATION_S`.
     """
-    from cw_cli.errors import ConfigError
 
     match = re.fullmatch(_DURATION, text.strip()[:40])
     seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)] if match else 0.0

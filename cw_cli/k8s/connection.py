@@ -9,6 +9,7 @@ needs the official client (see :func:`connect`).
 from __future__ import annotations
 
 import builtins
+import os
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -355,7 +356,6 @@ class Kube:
 
 def request_timeout() -> tuple[float, float]:
     """(connect, read) seconds for one API request; ``CW_REQUEST_TIMEOUT`` sets the read part."""
-    import os
 
     try:
         read = float(os.environ.get("CW_REQUEST_TIMEOUT", READ_TIMEOUT_S))
@@ -413,7 +413,6 @@ def _connect_with_official_client(target: ClusterTarget) -> tuple[Transport, str
     Returns:
         The transport and the context's namespace (or None).
     """
-    import os
 
     from kubernetes import client as kube_client
     from kubernetes import config as kube_config

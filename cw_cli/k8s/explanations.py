@@ -8,6 +8,7 @@ events read scans the namespace's events in etcd.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from cw_cli.errors import Forbidden, NotFound
@@ -233,7 +234,6 @@ def server_lifetime(deployment: dict[str, Any], has_trainer: bool) -> str:
     lifetime = (deployment["metadata"].get("annotations") or {}).get(LIFETIME_ANNOTATION)
     born = creation_time(deployment)
     if lifetime and born:
-        from datetime import timedelta
 
         stops = born + timedelta(seconds=int(lifetime))
         return f"stops at {stops:%Y-%m-%d %H:%M} UTC (--ttl {int(lifetime)} s)"

@@ -17,8 +17,10 @@ from __future__ import annotations
 import base64
 import os
 import re
+import sys
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -510,7 +512,6 @@ def run_exec_plugin(plugin: ExecPlugin) -> dict[str, Any]:
     """
     import json
     import subprocess
-    import sys
 
     request: dict[str, Any] = {"apiVersion": plugin.api_version, "kind": "ExecCredential", "spec": {"interactive": False}}
     if plugin.cluster is not None:
@@ -578,7 +579,6 @@ def _rfc3339(value: Any) -> float | None:
     """Epoch seconds of an RFC 3339 time (Python 3.10's fromisoformat wants no Z, <= 6 digits)."""
     if not value:
         return None
-    from datetime import datetime
 
     text = _FRACTION.sub(r"\1", str(value).replace("Z", "+00:00").replace("z", "+00:00"))
     try:

@@ -10,6 +10,7 @@ from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.explanations import explain_pending, pods_refused
 from cw_cli.k8s.queries import find_pod, run_objects, run_selector
 from cw_cli.labels import TRAINER
+from cw_cli.render.jobset import child_job_name
 from cw_cli.render.workload import owner_kind
 
 Progress = Callable[[str], None]
@@ -114,7 +115,6 @@ def wait_for_run(
 
 def _trainer_refused(kube: Kube, kind: str, name: str, owner: dict) -> str | None:
     """Why the cluster refuses the trainer's pods, read from its Job (a JobSet's child Job)."""
-    from cw_cli.render.jobset import TRAINER, child_job_name
 
     job = owner if kind == "Job" else kube.get("Job", child_job_name(name, TRAINER))
     return pods_refused(kube, "Job", job) if job is not None else None

@@ -4,6 +4,7 @@ does this well."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,6 @@ def official_client(target: ClusterTarget) -> Any:
     Raises:
         Exception: Whatever the client's kubeconfig loader raises; callers turn it into a cw error.
     """
-    import os
 
     from kubernetes import config
 

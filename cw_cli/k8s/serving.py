@@ -13,7 +13,7 @@ import json
 import time
 from typing import Any
 
-from cw_cli.errors import ClusterUnreachable, CwError, WaitTimeout
+from cw_cli.errors import ClusterUnreachable, Conflict, CwError, WaitTimeout
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.k8s.connection import ClusterTarget, Kube
 from cw_cli.k8s.run_facts import claims_of, trainer_of
@@ -82,7 +82,6 @@ def start_server(kube: Kube, target: ClusterTarget, run_name: str, which: str, l
         ConfigError: No such model, or outputs on no volume.
         Conflict: The run's server exists already.
     """
-    from cw_cli.errors import Conflict
     from cw_cli.k8s.artifacts import read_artifacts
 
     listing = read_artifacts(kube, target, run_name)

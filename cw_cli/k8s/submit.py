@@ -12,6 +12,7 @@ from msgspec import Struct, field
 
 from cw_cli.errors import ClusterUnreachable, Conflict, CwError, Forbidden, Interrupted, NotFound, Rejected, WaitTimeout
 from cw_cli.k8s.connection import Kube
+from cw_cli.render.jobset import child_job_name
 from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S, Plan
 from cw_cli.render.workload import OWNERS
 
@@ -281,7 +282,6 @@ def wait_for_gang_servers(
         WaitTimeout: Not all Ready within the timeout.
     """
     from cw_cli.k8s.explanations import pods_refused
-    from cw_cli.render.jobset import child_job_name
 
     def read(wanted: list[str]) -> dict[str, tuple[bool, str | None]]:
         jobset = kube.get("JobSet", jobset_name) or {}

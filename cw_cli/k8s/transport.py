@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit
 
+from cw_cli import __version__
 from cw_cli.k8s.kubeconfig import Credentials, KubeconfigError, expired, refresh
 
 #: Methods safe to send again when a kept-alive connection turns out to be closed.
@@ -227,7 +228,6 @@ class Transport:
         self._tls = ssl_context(credentials) if self._https else None
         self._idle: list[_Connection] = []
         self._lock = threading.Lock()
-        from cw_cli import __version__
 
         self._user_agent = f"cw/{__version__}"
 

@@ -14,6 +14,7 @@ non-blocking and bounded, so a FIFO, a device or a huge file costs nothing.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import stat
@@ -346,7 +347,6 @@ def _json_columns(data: bytes, truncated: bool, name: str) -> list[str]:
 
 def _csv_columns(data: bytes, delimiter: str, truncated: bool, name: str) -> list[str]:
     import csv
-    import io
 
     text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
     if truncated and "\n" not in text:

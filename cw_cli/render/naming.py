@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import secrets
 import string
 
 from cw_cli.errors import ConfigError
@@ -23,6 +22,8 @@ def sanitize(text: str) -> str:
 
 def generate_run_name(framework: str, training_type: str, stem: str = "") -> str:
     """A fresh run name: ``<framework>-<type>[-<config stem>]-<5 random chars>``."""
+    import secrets  # hashlib, hmac and random: only a launch without --name pays for them
+
     suffix = "".join(secrets.choice(_ALPHABET) for _ in range(SUFFIX_LENGTH))
     words: list[str] = []
     for word in sanitize("-".join(part for part in (framework, training_type, stem) if part)).split("-"):

@@ -8,6 +8,7 @@ it is moved into the run's folder, and the move is reported.
 
 from __future__ import annotations
 
+import copy
 import posixpath
 from typing import Any
 
@@ -38,7 +39,6 @@ def place_outputs(
     Returns:
         (the config with moved paths, one notice per moved path).
     """
-    import copy
 
     placed = copy.deepcopy(config)
     notices: list[str] = []

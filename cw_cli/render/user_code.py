@@ -9,6 +9,7 @@ ship is refused with the ways round it: a git repository or the image.
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 from pathlib import Path
@@ -94,7 +95,6 @@ def pack_folder(folder: Path) -> bytes:
         ValueError: The folder is missing, not a folder, or too large to ship.
     """
     import gzip  # only for a run with a code folder: a dry run of any other imports none of these
-    import io
     import tarfile
 
     if not folder.is_dir():
