@@ -7,7 +7,7 @@ Usage:
 
 Each pair runs alternately (cw, peer, cw, peer, ...) so both see the same machine load; the table
 gives medians and the ratio cw / peer. Without --kubeconfig it uses the current kubeconfig's
-`cw-local` context (`cw cluster up`). Everything runs in a fresh namespace, deleted at the end.
+`cw-test` context (`cw cluster up`). Everything runs in a fresh namespace, deleted at the end.
 
   cw --help                    vs  torchx --help
   cw trl sft CFG --dry-run     vs  torchx run -s kubernetes -cfg queue=default --dryrun utils.echo
@@ -23,12 +23,12 @@ cw runs as a user installs it, from its own virtual environment (`--cw-venv`, de
 a development environment with torch and 130 packages makes pydantic's plugin scan slower.
 `--in-place` times the cw of the interpreter running this script instead.
 
-kubectl: build it from the same Kubernetes modules as the local cluster, e.g.
+kubectl: build it from the same Kubernetes modules as the test cluster, e.g.
 `cd tools/k8s && go build -o ~/.cache/cw/bin/kubectl k8s.io/kubernetes/cmd/kubectl`.
 torchx: `python -m venv ~/.cache/cw/venvs/torchx && ~/.cache/cw/venvs/torchx/bin/pip install torchx kubernetes`.
 
 `--offline` times only the rows that need no cluster (help, the dry run and its floor), and should
-run with the local cluster stopped: on 2 cores its processes (etcd, the API server, controllers)
+run with the test cluster stopped: on 2 cores its processes (etcd, the API server, controllers)
 slow a short process by about as much as a long one, which pulled the dry run's ratio from
 0.30 to 0.31-0.37 in the full table.
 """
@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--background", type=int, default=1000, help="runs in the namespace for status/logs/list")
     parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or str(Path.home() / ".kube/config"))
-    parser.add_argument("--context", default="cw-local")
+    parser.add_argument("--context", default="cw-test")
     parser.add_argument("--cw-venv", default=str(Path.home() / ".cache/cw/venvs/cw-bench"), help="cw's own venv (made if missing)")
     parser.add_argument("--in-place", action="store_true", help="time the cw of this interpreter instead")
     args = parser.parse_args()

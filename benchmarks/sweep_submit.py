@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/sweep_submit.py [--runs 100] [--kubeconfig FILE --context CTX] [--kubectl PATH]
 
-Without --kubeconfig it starts cw's local cluster in a temporary folder (and stops it by PID
+Without --kubeconfig it starts cw's test cluster in a temporary folder (and stops it by PID
 after). It times, in one namespace each:
   * planning the sweep (validation and rendering of every run, no network);
   * submitting it through cw_cli.api on one connection (each run all-or-nothing);
@@ -45,12 +45,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--kubeconfig")
-    parser.add_argument("--context", default="cw-local")
+    parser.add_argument("--context", default="cw-test")
     parser.add_argument("--kubectl")
     args = parser.parse_args()
 
     from cw_cli import api
-    from cw_cli import localcluster as lc
+    from cw_cli import testcluster as lc
 
     temp = None
     kubeconfig = args.kubeconfig

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the local test cluster binaries (kube-apiserver, kube-controller-manager,
+# Build the test cluster binaries (kube-apiserver, kube-controller-manager,
 # kube-scheduler, etcd, kwok) from the pinned Go builder modules in tools/*/.
 #
 # Usage: tools/build.sh [all|k8s|etcd|kwok|kueue|jobset|check]...   (all: the control plane and kwok; kueue and jobset are optional)
@@ -55,7 +55,7 @@ build_kwok() {
 # Kueue (optional: `cw cluster up --kueue`). Built from its module with one line changed: with its
 # own certificate management off, Kueue reads its metrics certificate from the fixed path
 # /etc/kueue/metrics/certs; the vendored copy built here reads that path from
-# CW_KUEUE_METRICS_CERTS instead, so a local cluster never writes to /etc. (Go refuses overlays of
+# CW_KUEUE_METRICS_CERTS instead, so a test cluster never writes to /etc. (Go refuses overlays of
 # the module cache, hence a vendored copy.) Its CRDs and webhook manifests are copied beside it.
 build_kueue() {
   local out="${cache}/kueue-${KUEUE_VERSION}"

@@ -1,6 +1,6 @@
-"""`cw cluster up|down|status`: the local test cluster (real control plane + KWOK fake GPU nodes).
+"""`cw cluster up|down|status`: the test cluster (real control plane + KWOK fake GPU nodes).
 
-Cheap to import: cw_cli.localcluster is imported inside the commands.
+Cheap to import: cw_cli.testcluster is imported inside the commands.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ _PATH = click.Path(path_type=Path)
 
 @cluster_group.command("up")
 @click.option("--kubeconfig", type=_PATH,
-              help="Kubeconfig to merge context cw-local into (default: first $KUBECONFIG path or ~/.kube/config).")
+              help="Kubeconfig to merge context cw-test into (default: first $KUBECONFIG path or ~/.kube/config).")
 @click.option("--nodes", type=click.IntRange(0, 50), default=2, show_default=True, help="Number of fake 8-GPU nodes.")
 @click.option("--cpu-nodes", type=click.IntRange(0, 50), default=1, show_default=True, help="Number of fake CPU-only nodes.")
 @click.option("--state-dir", type=_PATH, help=_STATE_HELP)
@@ -39,16 +39,16 @@ _PATH = click.Path(path_type=Path)
 def up_cmd(
     kubeconfig: Path | None, nodes: int, cpu_nodes: int, state_dir: Path | None, build: bool, timeout: float, kueue: bool
 ) -> None:
-    """Build (if needed) and start the local cluster; set kubectl context cw-local."""
-    from cw_cli import localcluster as lc
+    """Build (if needed) and start the test cluster; set kubectl context cw-test."""
+    from cw_cli import testcluster as lc
 
     try:
-        with err().status("starting local cluster ...") as spinner:
+        with err().status("starting the test cluster ...") as spinner:
             info = lc.up(state_dir=state_dir, kubeconfig=kubeconfig, gpu_nodes=nodes,
                          cpu_nodes=cpu_nodes, build=build, timeout=timeout, kueue=kueue,
                          on_progress=lambda m: spinner.update(m + " ..."))
     except KeyboardInterrupt:
-        raise lc.LocalClusterError("interrupted", hint="run `cw cluster down` to clean up") from None
+        raise lc.TestClusterError("interrupted", hint="run `cw cluster down` to clean up") from None
     out = _out()
     if info.already_running:
         out.print(f"[green]already running[/] at {info.server}")
@@ -65,7 +65,7 @@ def up_cmd(
 @handle_errors
 def build_cmd(force: bool) -> None:
     """Build the missing cluster binaries into the cache (needs Go; cold: tens of minutes)."""
-    from cw_cli import localcluster as lc
+    from cw_cli import testcluster as lc
 
     with err().status("checking binaries ...") as spinner:
         bins = lc.ensure_binaries(force=force, on_build_start=lambda c: spinner.update(f"building {c} ..."))
@@ -85,18 +85,18 @@ def build_cmd(force: bool) -> None:
 @click.option("--keep-state", is_flag=True, help="Keep logs and data.")
 @handle_errors
 def down_cmd(state_dir: Path | None, timeout: float, keep_state: bool) -> None:
-    """Stop the local cluster (by recorded PIDs) and remove its state. Idempotent."""
-    from cw_cli import localcluster as lc
+    """Stop the test cluster (by recorded PIDs) and remove its state. Idempotent."""
+    from cw_cli import testcluster as lc
 
     res = lc.down(state_dir=state_dir, timeout=timeout, keep_state=keep_state)
     out = _out()
     if not res.stopped and not res.removed_state:
-        out.print(f"no local cluster at {res.state_dir}")
+        out.print(f"no test cluster at {res.state_dir}")
         return
     for name, what in res.stopped.items():
         out.print(f"{name}: {what}")
     if res.kubeconfig_cleaned:
-        out.print(f"removed context cw-local from {res.kubeconfig_cleaned}")
+        out.print(f"removed context cw-test from {res.kubeconfig_cleaned}")
     if res.removed_state:
         out.print(f"removed {res.state_dir}")
 
@@ -108,14 +108,14 @@ def status_cmd(state_dir: Path | None) -> None:
     """Show processes, API readiness and nodes. Exit code 1 when not running."""
     from rich.table import Table
 
-    from cw_cli import localcluster as lc
+    from cw_cli import testcluster as lc
 
     st = lc.status(state_dir=state_dir)
     out = _out()
     if not st.exists and not st.processes:
-        out.print(f"no local cluster at {st.state_dir} (start one with: cw cluster up)")
+        out.print(f"no test cluster at {st.state_dir} (start one with: cw cluster up)")
         raise click.exceptions.Exit(1)
-    t = Table(title=f"local cluster ({st.state_dir})")
+    t = Table(title=f"test cluster ({st.state_dir})")
     t.add_column("process")
     t.add_column("pid", justify="right")
     t.add_column("state")
@@ -133,6 +133,6 @@ def status_cmd(state_dir: Path | None) -> None:
                       node.cpu, node.memory, ", ".join(node.taints))
         out.print(n)
     if st.kubeconfig:
-        out.print(f"kubeconfig: {st.kubeconfig} (context cw-local)")
+        out.print(f"kubeconfig: {st.kubeconfig} (context cw-test)")
     if not st.running:
         raise click.exceptions.Exit(1)

@@ -108,9 +108,7 @@ def estimate_command(
         validate_run_name(name)  # a launch option: checked, though an estimate names nothing
 
     def list_nodes() -> list[dict[str, Any]]:
-        from cw_cli.cli.options import kube
-
-        return kube(context, namespace).list("Node")
+        return api.Session(context=context, namespace=namespace).nodes()
 
     # An estimate needs neither a checkpoint volume nor the Secrets a launch would mount.
     result = api.estimate(

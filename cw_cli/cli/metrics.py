@@ -82,7 +82,7 @@ def _resolve_metrics(runs: list[RunMetrics], asked: list[str]) -> list[str]:
 
 def _load(target: str, rank: int | None, namespace: str | None, context: str | None) -> RunMetrics:
     """A run's metrics from its pod's log, or a path's when ``target`` is an existing path."""
-    from cw_cli.metrics.sources import load_path, pod_log_lines, read_lines
+    from cw_cli.metrics.sources import load_path, read_lines
 
     path = Path(target).expanduser()
     if path.exists() or path.is_symlink():
@@ -90,10 +90,10 @@ def _load(target: str, rank: int | None, namespace: str | None, context: str | N
     _check_run_name(target)
     from rich.markup import escape
 
-    from cw_cli.cli import options
+    from cw_cli import api
 
-    client = options.kube(context, namespace)
-    lines = pod_log_lines(client, target, rank, notice=lambda m: err().print(escape(m)))
+    run = api.Session(context=context, namespace=namespace).run(target)
+    lines = run.logs(rank=rank, notice=lambda m: err().print(escape(m)))
     return read_lines(lines, target, _pod_source(target, rank))
 
 
@@ -118,15 +118,14 @@ def _follow(target: str, rank: int | None, namespace: str | None, context: str |
     from rich.live import Live
     from rich.markup import escape
 
-    from cw_cli.cli import options
+    from cw_cli import api
     from cw_cli.metrics.parse import RecordParser, RunMetrics
-    from cw_cli.metrics.sources import pod_log_lines
 
-    client = options.kube(context, namespace)
     run = RunMetrics(target, _pod_source(target, rank))
     parser = RecordParser()
     console = out()
-    lines: Iterable[str] = pod_log_lines(client, target, rank, follow=True, notice=lambda m: err().print(escape(m)))
+    source = api.Session(context=context, namespace=namespace).run(target)
+    lines: Iterable[str] = source.logs(rank=rank, follow=True, notice=lambda m: err().print(escape(m)))
 
     def render() -> RenderableType:
         metrics = asked or _resolve_metrics([run], [])

@@ -13,7 +13,6 @@ from cw_cli.errors import ConfigError
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
-    from cw_cli.k8s.connection import Kube
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,13 +55,6 @@ def check_gpu_memory_flag(value: str | None) -> str | None:
         return gpu_memory_size(value)
     except ValueError as exc:
         raise ConfigError([f"--gpu-memory: {exc}"], hint="e.g. --gpu-memory 80GB, 80Gi or 141GB") from None
-
-
-def kube(context: str | None, namespace: str | None) -> Kube:
-    """Connect to the API server of ``context`` (kubectl's rules), bound to ``namespace``."""
-    from cw_cli.k8s.connection import ClusterTarget, connect
-
-    return connect(ClusterTarget(context=context, namespace=namespace))
 
 
 def complete_run(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:

@@ -393,7 +393,7 @@ def connect(target: ClusterTarget) -> Kube:
         raise ClusterUnreachable(str(exc), hint=f"contexts: {', '.join(exc.known) or 'none'}") from None
     except kc.KubeconfigError as exc:
         raise ClusterUnreachable(
-            f"no usable kubeconfig ({exc})", hint=exc.hint or "set KUBECONFIG or run `cw cluster up` for a local test cluster"
+            f"no usable kubeconfig ({exc})", hint=exc.hint or "set KUBECONFIG or run `cw cluster up` for the test cluster"
         ) from None
     except OSError as exc:
         raise ClusterUnreachable(f"cannot read the kubeconfig: {exc}", hint="set KUBECONFIG to a readable file") from None
@@ -441,7 +441,7 @@ def _connect_with_official_client(target: ClusterTarget) -> tuple[Transport, str
     except (ConfigException, KubeconfigError) as exc:
         raise ClusterUnreachable(
             f"no usable kubeconfig ({exc})",
-            hint="set KUBECONFIG or run `cw cluster up` for a local test cluster",
+            hint="set KUBECONFIG or run `cw cluster up` for the test cluster",
         ) from None
     except OSError as exc:
         raise ClusterUnreachable(f"cannot read the kubeconfig: {exc}", hint="set KUBECONFIG to a readable file") from None

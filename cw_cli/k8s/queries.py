@@ -36,7 +36,7 @@ OPTIONAL_KINDS = ("JobSet",)
 #: (names and labels: a ConfigMap alone carries cw's pod-side files, tens of KB per run).
 WHOLE_KINDS = ("JobSet", "Job", "Deployment")
 #: Reads in flight at once. Each worker pays for its own TLS handshake, so a round of ten reads
-#: (a run's kinds and pods) is fastest on a few kept-alive connections: on the local cluster the
+#: (a run's kinds and pods) is fastest on a few kept-alive connections: on the test cluster the
 #: first `cw status` round took 40 ms on 10 connections, 27 on 4 and 35 on 1 (medians of 9).
 MAX_PARALLEL_READS = 4
 

@@ -11,16 +11,15 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cw_cli.errors import ConfigError, NotFound
-from cw_cli.labels import TRAINER
 from cw_cli.metrics.parse import MAX_RECORD_CHARS, RecordParser, RunMetrics, records_from_log_history
 
 if TYPE_CHECKING:
-    from cw_cli.k8s.connection import Kube
+    pass
 
 STATE_FILE = "trainer_state.json"
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)")
@@ -186,12 +185,3 @@ def load_path(path: Path, name: str | None = None) -> RunMetrics:
     if path.name == STATE_FILE or path.suffix == ".json":
         return read_trainer_state(path, label)
     return read_lines(log_file_lines(path), label, str(path))
-
-
-def pod_log_lines(
-    kube: Kube, run: str, rank: int | None, follow: bool = False, notice: Callable[[str], None] = lambda _: None
-) -> Iterator[str]:
-    """The trainer's log lines of a run (rank 0 unless ``rank``), through the API server."""
-    from cw_cli.k8s.operations import stream_logs
-
-    return stream_logs(kube, run, TRAINER, rank, follow, None, notice=notice)

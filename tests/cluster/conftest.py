@@ -1,11 +1,11 @@
 """Fixtures for tests against a real Kubernetes API server.
 
 `kube_cluster` (session): uses $CW_TEST_KUBECONFIG when set (current context of that file),
-otherwise starts cw's local cluster (cw_cli.localcluster) in a temp state dir with its own
+otherwise starts cw's test cluster (cw_cli.testcluster) in a temp state dir with its own
 kubeconfig file (never ~/.kube/config), and stops it (by PID) at the end; a watchdog stops it
 too if pytest is killed. A cluster that cannot start fails the tests. Env: CW_TEST_GPU_NODES
 (default 2 fake 8-GPU nodes, plus 1 CPU node), CW_TEST_CLUSTER_TIMEOUT (start timeout, 180 s).
-`kueue_cluster` (session): a second local cluster with the real JobSet and Kueue controllers
+`kueue_cluster` (session): a second test cluster with the real JobSet and Kueue controllers
 (`up(kueue=True)`), started once for every module that asks for it; those tests run last, so it
 overlaps the rest of the session as little as possible.
 Every test in this folder is marked `cluster`.
@@ -43,7 +43,7 @@ class KubeCluster:
     context: str | None  # None: the kubeconfig's current context
     server: str | None
     state_dir: Path | None  # None when an external cluster (CW_TEST_KUBECONFIG) is used
-    info: object | None  # cw_cli.localcluster.ClusterInfo when started here
+    info: object | None  # cw_cli.testcluster.ClusterInfo when started here
 
     @property
     def local(self) -> bool:
@@ -60,9 +60,9 @@ def kube_cluster(tmp_path_factory) -> KubeCluster:
         yield KubeCluster(path, None, None, None, None)
         return
 
-    from cw_cli import localcluster as lc
+    from cw_cli import testcluster as lc
 
-    base = tmp_path_factory.mktemp("cw-local-cluster")
+    base = tmp_path_factory.mktemp("cw-test-cluster")
     state, kubeconfig = base / "state", base / "kubeconfig"
     t0 = time.monotonic()
     try:
@@ -71,9 +71,9 @@ def kube_cluster(tmp_path_factory) -> KubeCluster:
         info = lc.up(state_dir=state, kubeconfig=kubeconfig, gpu_nodes=gpu_nodes, cpu_nodes=1,
                      timeout=float(os.environ.get("CW_TEST_CLUSTER_TIMEOUT", "180")),
                      owner_pid=os.getpid())
-    except lc.LocalClusterError as e:
-        pytest.fail(f"local Kubernetes cluster did not start: {e}", pytrace=False)
-    print(f"\nlocal cluster up in {time.monotonic() - t0:.1f}s at {info.server} "
+    except lc.TestClusterError as e:
+        pytest.fail(f"test Kubernetes cluster did not start: {e}", pytrace=False)
+    print(f"\ntest cluster up in {time.monotonic() - t0:.1f}s at {info.server} "
           f"(build {info.build_seconds}s, start {info.start_seconds}s)")
     try:
         yield KubeCluster(kubeconfig, lc.CONTEXT, info.server, state, info)
@@ -83,12 +83,12 @@ def kube_cluster(tmp_path_factory) -> KubeCluster:
 
 @pytest.fixture(scope="session")
 def kueue_cluster(tmp_path_factory) -> Path:
-    """Kubeconfig (context cw-local) of a local cluster running JobSet and Kueue.
+    """Kubeconfig (context cw-test) of a test cluster running JobSet and Kueue.
 
     Kueue's ClusterQueue `cw-gpus` holds the two fake nodes' 16 GPUs; LocalQueue `cw` feeds it
-    in namespace default (`cw_cli.localcluster.kueue.local_queue(ns)` for another namespace).
+    in namespace default (`cw_cli.testcluster.kueue.local_queue(ns)` for another namespace).
     """
-    from cw_cli import localcluster as lc
+    from cw_cli import testcluster as lc
 
     base = tmp_path_factory.mktemp("kueue-cluster")
     state, kubeconfig = base / "state", base / "kubeconfig"
@@ -97,9 +97,9 @@ def kueue_cluster(tmp_path_factory) -> Path:
         lc.up(state_dir=state, kubeconfig=kubeconfig, gpu_nodes=2, cpu_nodes=1, kueue=True,
               timeout=float(os.environ.get("CW_TEST_CLUSTER_TIMEOUT", "180")),
               set_current_context=False, owner_pid=os.getpid())
-    except lc.LocalClusterError as e:
-        pytest.fail(f"local cluster with JobSet and Kueue did not start: {e}", pytrace=False)
-    print(f"\nlocal cluster with JobSet and Kueue up in {time.monotonic() - started:.1f}s")
+    except lc.TestClusterError as e:
+        pytest.fail(f"test cluster with JobSet and Kueue did not start: {e}", pytrace=False)
+    print(f"\ntest cluster with JobSet and Kueue up in {time.monotonic() - started:.1f}s")
     try:
         yield kubeconfig
     finally:
@@ -184,9 +184,9 @@ def queued_namespace(kueue_cluster, wait_for):
     from kubernetes import client
     from kubernetes import config as kconfig
 
-    from cw_cli.localcluster.kueue import local_queue
+    from cw_cli.testcluster.kueue import local_queue
 
-    api = kconfig.new_client_from_config(config_file=str(kueue_cluster), context="cw-local")
+    api = kconfig.new_client_from_config(config_file=str(kueue_cluster), context="cw-test")
     core = client.CoreV1Api(api)
     namespace = f"cw-queued-{secrets.token_hex(3)}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))

@@ -341,7 +341,7 @@ def test_a_full_node_trainer_and_two_servers_fit_two_gpu_nodes(kube_api, namespa
 
 
 def test_wait_exits_1_when_the_run_fails(kube_api, namespace, cw_env, tmp_path):
-    # The local cluster's KWOK stages fail a Job pod whose annotation asks for an exit code.
+    # The test cluster's KWOK stages fail a Job pod whose annotation asks for an exit code.
     config = write_config(tmp_path, {**SFT_CONFIG, "annotations": {"kwok.cw/exit-code": "3"}, "backoff_limit": 0})
     result = run_cw(cw_env, "trl", "sft", str(config), "--gpu", "1", "--name", "failing", "-n", namespace, "--wait")
     assert result.returncode == 1, result.stderr
@@ -384,8 +384,8 @@ def test_verifiers_run_reaches_its_server_and_weight_sync_port_through_the_servi
 
 
 def create_bound_volumes(api: client.ApiClient, namespace: str, *claims: str) -> None:
-    """Claims the local cluster's real PV controller binds at once (no provisioner here)."""
-    from cw_cli.localcluster.volumes import volume_manifests
+    """Claims the test cluster's real PV controller binds at once (no provisioner here)."""
+    from cw_cli.testcluster.volumes import volume_manifests
 
     core = client.CoreV1Api(api)
     for claim in claims:

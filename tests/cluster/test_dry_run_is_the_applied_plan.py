@@ -28,7 +28,7 @@ def _printed(stdout: str) -> list[dict]:
 
 def _applied(kubeconfig: Path, namespace: str, run: str, kinds: tuple[str, ...]) -> list[dict]:
     """The run's objects that cw itself created (not the JobSet's child Jobs or the ReplicaSets' pods)."""
-    kube = connect(ClusterTarget(context="cw-local", namespace=namespace, kubeconfig=str(kubeconfig)))
+    kube = connect(ClusterTarget(context="cw-test", namespace=namespace, kubeconfig=str(kubeconfig)))
     try:
         found = []
         for kind in kinds:
@@ -59,7 +59,7 @@ def _containers(obj: dict) -> list[tuple[str, list[str]]]:
 
 
 def _dry_run_then_launch(env: dict, kubeconfig: Path, namespace: str, config: Path, run: str, *args: str) -> None:
-    flags = ["-n", namespace, "--context", "cw-local", "--name", run, *args]
+    flags = ["-n", namespace, "--context", "cw-test", "--name", run, *args]
     dry = run_cw(env, *_command(config), *flags, "--dry-run")
     assert dry.returncode == 0, dry.stderr
     printed = _printed(dry.stdout)
@@ -70,7 +70,7 @@ def _dry_run_then_launch(env: dict, kubeconfig: Path, namespace: str, config: Pa
     by_name = {(o["kind"], o["metadata"]["name"]): o for o in applied}
     for obj in printed:  # the same pods: every container with the same command
         assert _containers(by_name[(obj["kind"], obj["metadata"]["name"])]) == _containers(obj)
-    deleted = run_cw(env, "delete", run, "-n", namespace, "--context", "cw-local")
+    deleted = run_cw(env, "delete", run, "-n", namespace, "--context", "cw-test")
     assert deleted.returncode == 0, deleted.stderr
 
 
@@ -81,7 +81,7 @@ def _command(config: Path) -> list[str]:
 def test_a_two_node_dry_run_prints_the_jobset_a_launch_creates(queued_namespace, tmp_path):
     _, env, namespace = queued_namespace
     config = write_config(tmp_path, {**SFT_CONFIG, "gpu": 2})
-    dry = run_cw(env, *_command(config), "--nodes", "2", "-n", namespace, "--context", "cw-local", "--dry-run")
+    dry = run_cw(env, *_command(config), "--nodes", "2", "-n", namespace, "--context", "cw-test", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert [o["kind"] for o in _printed(dry.stdout)][0] == "JobSet"
     assert "not asked" not in dry.stderr
@@ -91,7 +91,7 @@ def test_a_two_node_dry_run_prints_the_jobset_a_launch_creates(queued_namespace,
 def test_a_queued_run_with_servers_prints_the_queued_jobset_it_becomes(queued_namespace, tmp_path):
     _, env, namespace = queued_namespace
     config = write_config(tmp_path, {**GRPO_CONFIG, "queue": "cw"})
-    dry = run_cw(env, *_command(config), "-n", namespace, "--context", "cw-local", "--dry-run")
+    dry = run_cw(env, *_command(config), "-n", namespace, "--context", "cw-test", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     owner = _printed(dry.stdout)[0]
     assert owner["kind"] == "JobSet" and owner["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "cw"
@@ -100,7 +100,7 @@ def test_a_queued_run_with_servers_prints_the_queued_jobset_it_becomes(queued_na
 
 def test_without_jobset_the_dry_run_prints_the_indexed_job_a_launch_creates(cw_env, kube_cluster, namespace, tmp_path):
     config = write_config(tmp_path, {**SFT_CONFIG, "gpu": 2})
-    dry = run_cw(cw_env, *_command(config), "--nodes", "2", "-n", namespace, "--context", "cw-local", "--dry-run")
+    dry = run_cw(cw_env, *_command(config), "--nodes", "2", "-n", namespace, "--context", "cw-test", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     kinds = [o["kind"] for o in _printed(dry.stdout)]
     assert "JobSet" not in kinds and kinds[0] == "Job"
@@ -111,7 +111,7 @@ def test_without_jobset_the_dry_run_prints_the_indexed_job_a_launch_creates(cw_e
 def test_a_queue_on_a_cluster_without_kueue_is_refused_before_anything_is_created(cw_env, kube_cluster, namespace, tmp_path):
     config = write_config(tmp_path, {**SFT_CONFIG, "queue": "team-a"})
     for extra in ([], ["--dry-run"]):
-        result = run_cw(cw_env, *_command(config), "-n", namespace, "--context", "cw-local", "--name", "no-kueue", *extra)
+        result = run_cw(cw_env, *_command(config), "-n", namespace, "--context", "cw-test", "--name", "no-kueue", *extra)
         assert result.returncode == 2, result.stderr
         assert "does not serve Kueue" in result.stderr and "queue" in result.stderr
     assert _applied(kube_cluster.kubeconfig, namespace, "no-kueue", RUN_KINDS) == []

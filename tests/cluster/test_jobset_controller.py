@@ -1,4 +1,4 @@
-"""The real JobSet controller on the local cluster (`cw cluster up --kueue`), alone and under Kueue.
+"""The real JobSet controller on the test cluster (`cw cluster up --kueue`), alone and under Kueue.
 
 On the `kueue_cluster` of conftest.py (shared with test_kueue.py): JobSet v0.10 and Kueue v0.15,
 built from their Go modules, each serving its webhooks on 127.0.0.1 for the real API server. KWOK

@@ -33,7 +33,7 @@ def gang_namespace(queued_namespace):
 
 
 def _cw(env, namespace, *args, timeout: float = 120):
-    return run_cw(env, *args, "-n", namespace, "--context", "cw-local", timeout=timeout)
+    return run_cw(env, *args, "-n", namespace, "--context", "cw-test", timeout=timeout)
 
 
 def _jobset(api, namespace: str, name: str) -> dict | None:

@@ -26,7 +26,7 @@ def queued(queued_namespace):
 
 def _launch(env, tmp_path: Path, namespace: str, name: str, extra: dict | None = None):
     config = write_config(tmp_path, {**SFT_CONFIG, "queue": "cw", **RUNNING, **(extra or {})}, f"{name}.yaml")
-    result = run_cw(env, "trl", "sft", str(config), "--gpu", "8", "--name", name, "-n", namespace, "--context", "cw-local")
+    result = run_cw(env, "trl", "sft", str(config), "--gpu", "8", "--name", name, "-n", namespace, "--context", "cw-test")
     assert result.returncode == 0, result.stderr
     assert "waits for Kueue to admit it" in result.stderr
 
@@ -51,12 +51,12 @@ def test_quota_admits_two_8_gpu_runs_and_queues_the_third_until_one_ends(queued,
              30, what="the first two runs to be admitted")  # fmt: skip
     assert _admitted_at(_workload(api, namespace, "third")) is None
 
-    listing = run_cw(env, "list", "-n", namespace, "--context", "cw-local")
+    listing = run_cw(env, "list", "-n", namespace, "--context", "cw-test")
     third = next(line for line in listing.stdout.splitlines() if line.strip().startswith("third"))
     assert "Queued" in third, listing.stdout
     expected = "queue cw -> ClusterQueue cw-gpus: Queued, position 1 of 1; GPUs reserved 16 of 16"
     # Kueue publishes the ClusterQueue's status a moment after admitting.
-    status = wait_for(lambda: (r := run_cw(env, "status", "third", "-n", namespace, "--context", "cw-local"))
+    status = wait_for(lambda: (r := run_cw(env, "status", "third", "-n", namespace, "--context", "cw-test"))
                       and expected in r.stdout and r, 20, interval=1, what=f"cw status to say {expected!r}")  # fmt: skip
     assert status.returncode == 0
 
@@ -80,7 +80,7 @@ def test_deleting_a_queued_run_frees_its_place(queued, tmp_path, wait_for):
         _launch(env, tmp_path, namespace, name, long_running)
     wait_for(lambda: _workload(api, namespace, "waiting"), 30, what="the queued run's Workload")
     assert _admitted_at(_workload(api, namespace, "waiting")) is None
-    deleted = run_cw(env, "delete", "waiting", "-n", namespace, "--context", "cw-local")
+    deleted = run_cw(env, "delete", "waiting", "-n", namespace, "--context", "cw-test")
     assert deleted.returncode == 0, deleted.stderr
     wait_for(lambda: _workload(api, namespace, "waiting") is None, 30, what="the Workload to go with the run")
     custom = client.CustomObjectsApi(api)

@@ -1,4 +1,4 @@
-"""`cw metrics` through the API server: runs launched with cw on the local cluster, whose fake
+"""`cw metrics` through the API server: runs launched with cw on the test cluster, whose fake
 trainer pods serve the recorded output of real TRL runs (tests/fixtures/metrics) through kwok's
 `Logs` resource. Expected series come from the same runs' trainer_state.json, not from the
 parser under test."""

@@ -16,7 +16,7 @@ from unit_helpers import REPO
 
 #: The modules of the commands that act on an existing run (cli/run.py launches; cli/metrics.py
 #: reads logs through cw_cli.metrics).
-RUN_COMMAND_MODULES = ("runs.py", "artifacts.py", "download.py", "export.py", "serve.py")
+RUN_COMMAND_MODULES = ("runs.py", "artifacts.py", "download.py", "export.py", "serve.py", "metrics.py", "estimate.py")
 
 
 def k8s_imports(source: str) -> list[str]:

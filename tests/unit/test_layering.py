@@ -19,7 +19,7 @@ STEPS = {
     "config": 1,
     "frameworks": 2, "estimate": 2,
     "render": 3,
-    "k8s": 4, "localrun": 4, "localcluster": 4,
+    "k8s": 4, "localrun": 4, "testcluster": 4,
     "metrics": 5, "sweep": 5,
     "api": 6,
     "cli": 7, "__main__": 8,

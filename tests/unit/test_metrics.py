@@ -366,22 +366,20 @@ def test_follow_redraws_table_and_chart_from_the_streamed_log(monkeypatch):
     from rich.console import Console
 
     import cw_cli.cli.metrics as command
-    import cw_cli.cli.options as options
-    import cw_cli.metrics.sources as sources
+    from cw_cli import api
 
     calls = []
 
-    def fake_lines(kube, run, rank, follow=False, notice=None):
-        calls.append((kube, run, rank, follow))
+    def fake_lines(self, *, rank=None, follow=False, notice=None, **_):
+        calls.append((self.session.context, self.name, rank, follow))
         yield from RECORDED[0].read_bytes().decode().split("\n")
 
     screen = Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None)
-    monkeypatch.setattr(sources, "pod_log_lines", fake_lines)
-    monkeypatch.setattr(options, "kube", lambda context, namespace: "kube")
+    monkeypatch.setattr(api.Run, "logs", fake_lines)
     monkeypatch.setattr(command, "out", lambda: screen)
     monkeypatch.setattr(command, "_REDRAW_S", 0.0)
-    run = command._follow("my-run", 2, None, None, [], show=True)
-    assert calls == [("kube", "my-run", 2, True)]
+    run = command._follow("my-run", 2, None, "ctx", [], show=True)
+    assert calls == [("ctx", "my-run", 2, True)]
     expected = read_lines(RECORDED[0].read_bytes().decode().split("\n"), "x", "y")
     assert run.series() == expected.series() and run.source.endswith("rank 2")
     drawn = screen.file.getvalue()

@@ -1,4 +1,4 @@
-// Builder module for the JobSet controller (optional component of the local cluster: cw cluster up --kueue).
+// Builder module for the JobSet controller (optional component of the test cluster: cw cluster up --kueue).
 module cw.local/tools/jobset
 
 go 1.24.0

@@ -1,4 +1,4 @@
-// Builder module for the Kueue controller (optional component of the local cluster: cw cluster up --kueue).
+// Builder module for the Kueue controller (optional component of the test cluster: cw cluster up --kueue).
 module cw.local/tools/kueue
 
 go 1.25.0

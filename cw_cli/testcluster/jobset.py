@@ -1,4 +1,4 @@
-"""JobSet on the local cluster (started by ``cw cluster up --kueue``, before Kueue): the real controller.
+"""JobSet on the test cluster (started by ``cw cluster up --kueue``, before Kueue): the real controller.
 
 JobSet (sigs.k8s.io/jobset, built unchanged from its Go module by ``tools/build.sh jobset``) is a
 controller-runtime manager like Kueue, and runs the same way (:mod:`.controllers`): a local
@@ -66,7 +66,7 @@ def start(host: controllers.Host, ports: tuple[int, int, int]) -> None:
     """Install JobSet's CRD and webhooks, start the controller and wait until it serves them.
 
     Args:
-        host: The local cluster (see :class:`.controllers.Host`).
+        host: The test cluster (see :class:`.controllers.Host`).
         ports: (webhook, health, metrics) on 127.0.0.1.
 
     Raises:

@@ -1,4 +1,4 @@
-"""Kueue on the local cluster (``cw cluster up --kueue``): the real controller, as a local process.
+"""Kueue on the test cluster (``cw cluster up --kueue``): the real controller, as a local process.
 
 The API server must call Kueue's admission webhooks, and a Service in front of a process on this
 machine is not an address it can reach. So Kueue serves its webhooks on 127.0.0.1 with the local
@@ -109,7 +109,7 @@ def start(host: controllers.Host, ports: tuple[int, int, int], capacity: tuple[s
     """Install Kueue's CRDs and webhooks, start the controller, create the queues.
 
     Args:
-        host: The local cluster (see :class:`.controllers.Host`).
+        host: The test cluster (see :class:`.controllers.Host`).
         ports: (webhook, health, metrics) on 127.0.0.1.
         capacity: (cpu, memory, gpus) the ClusterQueue may hand out.
 

@@ -1,4 +1,4 @@
-"""How the local cluster wires Kueue: its own webhook manifests, reached on 127.0.0.1, and a
+"""How the test cluster wires Kueue: its own webhook manifests, reached on 127.0.0.1, and a
 ClusterQueue sized by the fake nodes (pure functions; the controller itself runs in
 tests/cluster/test_kueue.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 
-from cw_cli.localcluster.kueue import capacity_of, configuration, queue_manifests, webhook_configurations
+from cw_cli.testcluster.kueue import capacity_of, configuration, queue_manifests, webhook_configurations
 
 MANIFESTS = """
 apiVersion: admissionregistration.k8s.io/v1

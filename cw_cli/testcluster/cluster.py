@@ -1,4 +1,4 @@
-"""Start, inspect and stop the local control plane (etcd, kube-apiserver, kube-controller-manager,
+"""Start, inspect and stop the test control plane (etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, kwok) on 127.0.0.1 with fake GPU nodes. Pure library: no printing.
 
 The processes' command lines come from :mod:`.argv` (pure functions); requests to the API server
@@ -28,7 +28,7 @@ from cw_cli.labels import GPU_RESOURCE
 
 from . import api, argv, controllers, jobset, kueue, procs
 from .build import Binaries, binary_paths, ensure_binaries, missing_components
-from .errors import LocalClusterError, StartError
+from .errors import StartError, TestClusterError
 from .kubeconfig import (
     CONTEXT,
     component_kubeconfig,
@@ -52,8 +52,8 @@ QUEUEING = ("jobset", "kueue")  # optional components `up(kueue=True)` builds an
 STAGES = ("node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-waiting", "pod-complete",
           "pod-fail", "pod-terminate", "pod-delete")
 FAKE_LOG_LINES = (
-    "cw local cluster: this pod runs on a KWOK fake node; no container was started.",
-    "cw local cluster: every container of every pod shows this same log (kwok ClusterLogs).",
+    "cw test cluster: this pod runs on a KWOK fake node; no container was started.",
+    "cw test cluster: every container of every pod shows this same log (kwok ClusterLogs).",
 )
 
 
@@ -62,7 +62,7 @@ class ClusterInfo(Struct):
 
     state_dir: str
     server: str
-    kubeconfig: str  # the user kubeconfig the cw-local context was merged into
+    kubeconfig: str  # the user kubeconfig the cw-test context was merged into
     admin_kubeconfig: str  # a kubeconfig inside the state dir (file-referenced certs)
     context: str
     ports: dict[str, int]
@@ -147,7 +147,7 @@ def _load_info(state: Path) -> ClusterInfo | None:
 
 def _check_state_dir(state: Path) -> None:
     if state.exists() and any(state.iterdir()) and not (state / MARKER).exists():
-        raise LocalClusterError(
+        raise TestClusterError(
             f"{state} is not empty and was not made by cw; refusing to use it as cluster state dir")
 
 
@@ -244,7 +244,7 @@ def _wait_until(
         try:
             if probe():
                 return
-        except LocalClusterError:
+        except TestClusterError:
             raise
         except (OSError, ValueError, CwError):
             pass  # not up yet: no answer, an error status, or a half-written object
@@ -338,9 +338,9 @@ def up(
     owner_pid: int | None = None,
     kueue: bool = False,
 ) -> ClusterInfo:
-    """Start the local cluster (idempotent: a healthy running cluster is returned as is).
+    """Start the test cluster (idempotent: a healthy running cluster is returned as is).
 
-    Builds missing binaries first when `build` (cold: tens of minutes). Merges context `cw-local`
+    Builds missing binaries first when `build` (cold: tens of minutes). Merges context `cw-test`
     into `kubeconfig` (default: first $KUBECONFIG path or ~/.kube/config) and makes it current.
     `owner_pid`: also start a watchdog that runs `down()` once that process is gone (tests use
     their own pid, so a killed test run never leaks a cluster).
@@ -350,7 +350,7 @@ def up(
     state = Path(state_dir).expanduser() if state_dir else default_cluster_dir()
     user_kc = Path(kubeconfig).expanduser() if kubeconfig else default_user_kubeconfig()
     if gpu_nodes < 0 or cpu_nodes < 0:
-        raise LocalClusterError("node counts must be >= 0")
+        raise TestClusterError("node counts must be >= 0")
     _check_state_dir(state)
 
     running = _reuse_running(state, user_kc, gpu_nodes, cpu_nodes, timeout, set_current_context, say, kueue)
@@ -365,7 +365,7 @@ def up(
     if state.exists():
         shutil.rmtree(state)
     state.mkdir(parents=True)
-    (state / MARKER).write_text("state of the cw local test cluster; removed by `cw cluster down`\n")
+    (state / MARKER).write_text("state of the cw test cluster; removed by `cw cluster down`\n")
     try:
         info = _start(state, bins, user_kc, gpu_nodes, cpu_nodes, timeout, set_current_context, say, kueue)
     except BaseException:
@@ -395,8 +395,8 @@ def _reuse_running(state: Path, user_kc: Path, gpu_nodes: int, cpu_nodes: int, t
         down(state)
         return None
     if kueue and not set(QUEUEING) <= {r.name for r in procs.load_records(state / "pids")}:
-        raise LocalClusterError(
-            "the running local cluster has no Kueue and JobSet; stop it with `cw cluster down`, "
+        raise TestClusterError(
+            "the running test cluster has no Kueue and JobSet; stop it with `cw cluster down`, "
             "then `cw cluster up --kueue`")
     pki = load_pki(state / "pki")
     _top_up_nodes(info, st, pki, gpu_nodes, cpu_nodes, timeout, say)
@@ -415,7 +415,7 @@ def _binaries(build: bool, kueue: bool, say: Callable[[str], None]) -> Binaries:
         return ensure_binaries(on_build_start=lambda c: say(f"building {c} (cold build, minutes)"), optional=optional)
     missing = missing_components(optional=optional)
     if missing:
-        raise LocalClusterError(f"cluster binaries missing ({', '.join(missing)}); run without --no-build")
+        raise TestClusterError(f"cluster binaries missing ({', '.join(missing)}); run without --no-build")
     return binary_paths()
 
 
@@ -449,7 +449,7 @@ def _start_watchdog(state: Path, owner_pid: int) -> None:
         raise StartError(f"owner process {owner_pid} does not exist")
     # This checkout first on its path: the watchdog must import this very cw_cli.
     path = [str(Path(__file__).resolve().parents[2])] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    procs.spawn("watchdog", [sys.executable, "-m", "cw_cli.localcluster.watchdog", str(owner_pid), str(st_owner[1]), str(state)],
+    procs.spawn("watchdog", [sys.executable, "-m", "cw_cli.testcluster.watchdog", str(owner_pid), str(st_owner[1]), str(state)],
                 state / "logs" / "watchdog.log", state / "pids", env=dict(os.environ, PYTHONPATH=os.pathsep.join(path)))  # fmt: skip
 
 
@@ -523,7 +523,7 @@ def _controller_ports() -> tuple[int, int, int]:
 
 def down(state_dir: str | Path | None = None, timeout: float = 10.0,
          keep_state: bool = False) -> DownResult:
-    """Stop every recorded process (SIGTERM, SIGKILL after `timeout`), drop the cw-local entries
+    """Stop every recorded process (SIGTERM, SIGKILL after `timeout`), drop the cw-test entries
     from the kubeconfig `up` wrote, and delete the state dir. Idempotent."""
     state = Path(state_dir).expanduser() if state_dir else default_cluster_dir()
     info = _load_info(state)

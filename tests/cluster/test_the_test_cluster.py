@@ -1,4 +1,4 @@
-"""The local test cluster itself: real scheduling, Jobs, Deployments, GC, SSA, logs on KWOK nodes."""
+"""The test cluster itself: real scheduling, Jobs, Deployments, GC, SSA, logs on KWOK nodes."""
 
 from __future__ import annotations
 
@@ -251,7 +251,7 @@ def test_pod_logs_of_unscheduled_pod_and_bad_container(kube_api, namespace):
 def test_local_status_reports_running(kube_cluster):
     if not kube_cluster.local:
         pytest.skip("external cluster (CW_TEST_KUBECONFIG): nothing local to inspect")
-    from cw_cli import localcluster as lc
+    from cw_cli import testcluster as lc
 
     st = lc.status(kube_cluster.state_dir)
     assert st.running, st
@@ -262,7 +262,7 @@ def test_local_status_reports_running(kube_cluster):
 
 def test_pod_logs_from_own_file_with_follow(kube_api, kube_cluster, namespace, wait_for, tmp_path):
     """A kwok `Logs` object (name = pod) points a container's log at a CRI-format file of the
-    test's own; follow=True streams lines appended later (local cluster only: kwok reads the file)."""
+    test's own; follow=True streams lines appended later (test cluster only: kwok reads the file)."""
     if not kube_cluster.local:
         pytest.skip("needs kwok on this machine to read the log file")
     import queue

@@ -1,4 +1,4 @@
-"""How the local cluster wires JobSet: its webhook manifests as released (kustomize patches
+"""How the test cluster wires JobSet: its webhook manifests as released (kustomize patches
 applied), reached on 127.0.0.1, and a configuration without in-cluster machinery (pure functions;
 the controller itself runs in tests/cluster/test_jobset_controller.py)."""
 
@@ -8,9 +8,9 @@ import base64
 
 import pytest
 
-from cw_cli.localcluster.controllers import apply_json_patch
-from cw_cli.localcluster.errors import StartError
-from cw_cli.localcluster.jobset import configuration, webhook_configurations
+from cw_cli.testcluster.controllers import apply_json_patch
+from cw_cli.testcluster.errors import StartError
+from cw_cli.testcluster.jobset import configuration, webhook_configurations
 
 # The shape of JobSet v0.10.1's config/components/webhook: manifests.yaml, kustomization.yaml, patches/.
 MANIFESTS = """

@@ -1,4 +1,4 @@
-"""The local cluster's admin client: cw's own :class:`~cw_cli.k8s.connection.Kube`, not a second one.
+"""The test cluster's admin client: cw's own :class:`~cw_cli.k8s.connection.Kube`, not a second one.
 
 Built straight from the cluster's PKI (admin client certificate and CA), so it needs no
 kubeconfig file. Requests that probe readiness use short timeouts: a component that is not up

@@ -1,4 +1,4 @@
-"""Locations and pinned versions for the local test cluster."""
+"""Locations and pinned versions for the test cluster."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from msgspec import Struct
 
 from cw_cli.cache import cache_dir
 
-from .errors import LocalClusterError
+from .errors import TestClusterError
 
 _PKG_DIR = Path(__file__).resolve().parent.parent  # .../cw_cli
 
@@ -19,7 +19,7 @@ def _resource_dir(name: str) -> Path:
     for cand in (_PKG_DIR / name, _PKG_DIR.parent / name):
         if cand.is_dir():
             return cand
-    raise LocalClusterError(
+    raise TestClusterError(
         f"cannot find the '{name}' folder (looked in {_PKG_DIR / name} and {_PKG_DIR.parent / name})"
     )
 
@@ -35,13 +35,13 @@ def tools_dir() -> Path:
     if env:
         p = Path(env).expanduser()
         if not (p / "versions.env").is_file():
-            raise LocalClusterError(f"CW_TOOLS_DIR={env} has no versions.env")
+            raise TestClusterError(f"CW_TOOLS_DIR={env} has no versions.env")
         return p
     return _resource_dir("tools")
 
 
 def default_cluster_dir() -> Path:
-    """State folder of the local cluster; env CW_CLUSTER_DIR, default ~/.cache/cw/cluster."""
+    """State folder of the test cluster; env CW_CLUSTER_DIR, default ~/.cache/cw/cluster."""
     env = os.environ.get("CW_CLUSTER_DIR")
     if env:
         return Path(env).expanduser()
@@ -72,4 +72,4 @@ def load_versions() -> Versions:
             values.get("KUEUE_VERSION", ""), values.get("JOBSET_VERSION", ""),
         )
     except KeyError as e:
-        raise LocalClusterError(f"{path}: missing {e.args[0]}") from None
+        raise TestClusterError(f"{path}: missing {e.args[0]}") from None

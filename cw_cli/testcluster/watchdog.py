@@ -1,6 +1,6 @@
-"""Stops a local cluster when the process that owns it dies (e.g. a pytest killed by a timeout).
+"""Stops a test cluster when the process that owns it dies (e.g. a pytest killed by a timeout).
 
-Started by `up(owner_pid=...)` as `python -m cw_cli.localcluster.watchdog PID START_TIME STATE_DIR`.
+Started by `up(owner_pid=...)` as `python -m cw_cli.testcluster.watchdog PID START_TIME STATE_DIR`.
 Polls the owner once a second; when it is gone (or the state dir is), runs `down(STATE_DIR)`.
 """
 

@@ -1,6 +1,6 @@
-"""Checkpoint volumes for the local cluster: a PersistentVolume pre-bound to one claim.
+"""Checkpoint volumes for the test cluster: a PersistentVolume pre-bound to one claim.
 
-The local cluster has no storage provisioner, so a claim would stay Pending and so would every
+The test cluster has no storage provisioner, so a claim would stay Pending and so would every
 pod that mounts it. A PersistentVolume whose ``claimRef`` names the claim (and a claim whose
 ``volumeName`` names the volume) is bound by the real PV controller at once, and the real
 scheduler then places pods that mount it. Nothing is ever written there: KWOK's pods do not run.

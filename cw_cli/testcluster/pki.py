@@ -1,4 +1,4 @@
-"""Throw-away PKI of the local cluster (needs the `cryptography` package).
+"""Throw-away PKI of the test cluster (needs the `cryptography` package).
 
 One CA signs: the API server's serving cert (127.0.0.1/localhost/kubernetes.default...), client
 certs for admin, controller-manager, scheduler, kwok and the API server's kubelet client, and
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from msgspec import Struct
 
-from .errors import LocalClusterError
+from .errors import TestClusterError
 
 
 class CertPair(Struct, frozen=True):
@@ -43,8 +43,8 @@ def _imports():
         from cryptography.hazmat.primitives.asymmetric import ec, rsa
         from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
     except ImportError:  # pragma: no cover
-        raise LocalClusterError(
-            "the local cluster needs the 'cryptography' package: pip install cryptography"
+        raise TestClusterError(
+            "the test cluster needs the 'cryptography' package: pip install cryptography"
         ) from None
     return x509, hashes, serialization, ec, rsa, ExtendedKeyUsageOID, NameOID
 

@@ -1,6 +1,6 @@
-"""The local cluster's command lines (cw_cli/localcluster/argv.py), checked without starting
+"""The test cluster's command lines (cw_cli/testcluster/argv.py), checked without starting
 anything: every flag well-formed, every port and certificate in the flag that needs it, no port
-shared between components. The processes themselves start in tests/cluster/test_local_cluster.py."""
+shared between components. The processes themselves start in tests/cluster/test_the_test_cluster.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from unit_helpers import REPO
 
-from cw_cli.localcluster import argv, cluster
-from cw_cli.localcluster.pki import Pki, load_pki
+from cw_cli.testcluster import argv, cluster
+from cw_cli.testcluster.pki import Pki, load_pki
 
 FLAG = re.compile(r"^--[a-z][a-z0-9-]*=\S+$")
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -182,7 +182,7 @@ def test_environment_drops_what_points_elsewhere(state):
 
 # --------------------------------------------------------------------------- one HTTP client
 
-LOCALCLUSTER = REPO / "cw_cli" / "localcluster"
+LOCALCLUSTER = REPO / "cw_cli" / "testcluster"
 
 
 def _imported_modules(path: Path) -> set[str]:

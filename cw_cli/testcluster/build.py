@@ -18,7 +18,7 @@ from pathlib import Path
 
 from msgspec import Struct, field
 
-from .errors import BuildError, LocalClusterError
+from .errors import BuildError, TestClusterError
 from .paths import Versions, cache_dir, load_versions, tools_dir
 
 COMPONENTS = ("etcd", "kwok", "k8s")
@@ -34,7 +34,7 @@ _BINARIES = {
 
 
 class Binaries(Struct):
-    """Absolute paths of the five programs of the local cluster."""
+    """Absolute paths of the five programs of the test cluster."""
 
     etcd: Path
     kube_apiserver: Path
@@ -111,7 +111,7 @@ def ensure_binaries(
         )
     try:
         script = tools_dir() / "build.sh"
-    except LocalClusterError as e:
+    except TestClusterError as e:
         raise BuildError(f"cannot build {', '.join(todo)}: {e}") from None
     (cache / "bin").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, CW_CACHE_DIR=str(cache))

@@ -1,4 +1,4 @@
-"""What Kueue and JobSet share on the local cluster: controllers run as local processes.
+"""What Kueue and JobSet share on the test cluster: controllers run as local processes.
 
 Both ship a controller-runtime manager, CRDs and admission webhooks meant for a Deployment behind
 a Service. Here the API server must reach a process on 127.0.0.1, so their own webhook manifests
@@ -182,7 +182,7 @@ def webhooks_served(configurations: list[dict[str, Any]], ca_cert: Path) -> bool
 
 
 class Host(Struct, frozen=True):
-    """The local cluster, as a controller process started beside it needs it.
+    """The test cluster, as a controller process started beside it needs it.
 
     Attributes:
         kube: The cluster's admin client.

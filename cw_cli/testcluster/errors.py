@@ -1,12 +1,12 @@
-"""Exceptions of the local test cluster."""
+"""Exceptions of the test cluster."""
 
 from __future__ import annotations
 
 from cw_cli.errors import CwError, ExitCode
 
 
-class LocalClusterError(CwError):
-    """Any failure of the local cluster (build, start, stop); the message is meant for users."""
+class TestClusterError(CwError):
+    """Any failure of the test cluster (build, start, stop); the message is meant for users."""
 
     exit_code = ExitCode.RUN_FAILED
 
@@ -14,7 +14,7 @@ class LocalClusterError(CwError):
         super().__init__(message, hint)
 
 
-class BuildError(LocalClusterError):
+class BuildError(TestClusterError):
     """Building one of the binaries failed; `log_path` holds the full go output."""
 
     def __init__(self, message: str, log_path: str | None = None):
@@ -22,7 +22,7 @@ class BuildError(LocalClusterError):
         self.log_path = log_path
 
 
-class StartError(LocalClusterError):
+class StartError(TestClusterError):
     """The cluster did not come up; `log_path` points at the log of the failing component."""
 
     def __init__(self, message: str, log_path: str | None = None):

@@ -1,4 +1,4 @@
-"""The local cluster's admin client (cw_cli/localcluster/api.py) over a fake transport: what a
+"""The test cluster's admin client (cw_cli/testcluster/api.py) over a fake transport: what a
 create does with 201, 409 and refusals, what the readiness probes make of errors."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.transport import Response
-from cw_cli.localcluster import api
-from cw_cli.localcluster.errors import StartError
+from cw_cli.testcluster import api
+from cw_cli.testcluster.errors import StartError
 
 NODE = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cw-gpu-0"}}
 
@@ -105,7 +105,7 @@ def test_nodes_lists_items():
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    from cw_cli.localcluster.pki import generate_pki
+    from cw_cli.testcluster.pki import generate_pki
 
     return generate_pki(tmp_path_factory.mktemp("pki"))
 
@@ -152,7 +152,7 @@ def _configurations(port: int, *paths: str) -> list[dict[str, Any]]:
 
 
 def test_webhooks_served_over_tls_with_the_cluster_ca(pki, webhook_server):
-    from cw_cli.localcluster.controllers import webhooks_served
+    from cw_cli.testcluster.controllers import webhooks_served
 
     assert webhooks_served(_configurations(webhook_server, "/known"), pki.ca.cert)
     assert not webhooks_served(_configurations(webhook_server, "/known", "/missing"), pki.ca.cert)
@@ -161,7 +161,7 @@ def test_webhooks_served_over_tls_with_the_cluster_ca(pki, webhook_server):
 def test_webhooks_not_served_when_nothing_listens(pki):
     import socket
 
-    from cw_cli.localcluster.controllers import http_ok, webhooks_served
+    from cw_cli.testcluster.controllers import http_ok, webhooks_served
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -171,8 +171,8 @@ def test_webhooks_not_served_when_nothing_listens(pki):
 
 
 def test_webhooks_checked_against_the_given_ca(webhook_server, tmp_path):
-    from cw_cli.localcluster.controllers import webhooks_served
-    from cw_cli.localcluster.pki import generate_pki
+    from cw_cli.testcluster.controllers import webhooks_served
+    from cw_cli.testcluster.pki import generate_pki
 
     other = generate_pki(tmp_path / "other")
     assert not webhooks_served(_configurations(webhook_server, "/known"), other.ca.cert)

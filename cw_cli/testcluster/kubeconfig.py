@@ -8,9 +8,13 @@ from pathlib import Path
 
 import yaml
 
-from .errors import LocalClusterError
+from .errors import TestClusterError
 
-CONTEXT = "cw-local"
+#: The kubeconfig context (and cluster and user) of the test cluster. "local" means this machine
+#: without a cluster (`--local`); the context was called `cw-local` before, and `cw cluster
+#: down` still removes entries of that name.
+CONTEXT = "cw-test"
+LEGACY_CONTEXT = "cw-local"
 
 
 def default_user_kubeconfig() -> Path:
@@ -56,15 +60,15 @@ def _upsert(items: list | None, name: str, key: str, value: dict) -> list:
 
 def merge_user_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path,
                           set_current: bool = True) -> None:
-    """Add/replace cluster, user and context `cw-local` (certs embedded) and make it current."""
+    """Add/replace cluster, user and context `cw-test` (certs embedded) and make it current."""
     data: dict = {}
     if path.exists():
         try:
             data = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as e:
-            raise LocalClusterError(f"cannot parse kubeconfig {path}: {e}") from None
+            raise TestClusterError(f"cannot parse kubeconfig {path}: {e}") from None
         if not isinstance(data, dict):
-            raise LocalClusterError(f"kubeconfig {path} is not a mapping")
+            raise TestClusterError(f"kubeconfig {path} is not a mapping")
     data.setdefault("apiVersion", "v1")
     data.setdefault("kind", "Config")
     data.setdefault("preferences", {})
@@ -80,7 +84,8 @@ def merge_user_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Pa
 
 
 def remove_from_user_kubeconfig(path: Path) -> bool:
-    """Remove the cw-local entries (leaves everything else); True if something was removed."""
+    """Remove the test cluster's entries, under today's name and the earlier one (leaves everything
+    else); True if something was removed."""
     if not path.exists():
         return False
     try:
@@ -92,11 +97,11 @@ def remove_from_user_kubeconfig(path: Path) -> bool:
     changed = False
     for section in ("clusters", "users", "contexts"):
         items = data.get(section) or []
-        kept = [i for i in items if not (isinstance(i, dict) and i.get("name") == CONTEXT)]
+        kept = [i for i in items if not (isinstance(i, dict) and i.get("name") in (CONTEXT, LEGACY_CONTEXT))]
         if len(kept) != len(items):
             data[section] = kept
             changed = True
-    if data.get("current-context") == CONTEXT:
+    if data.get("current-context") in (CONTEXT, LEGACY_CONTEXT):
         data["current-context"] = ""
         changed = True
     if changed:
