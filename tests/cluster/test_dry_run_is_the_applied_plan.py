@@ -128,3 +128,14 @@ def test_a_dry_run_without_a_cluster_prints_and_says_it_did_not_ask(tmp_path):
     assert "not asked whether it serves JobSet" in " ".join(dry.stderr.split())
     launched = run_cw(env, *_command(config), "--nodes", "2")
     assert launched.returncode == 3, launched.stderr  # a launch needs the answer: the cluster is unreachable
+
+
+def test_every_plain_mode_launches_what_its_dry_run_printed(cw_env, kube_cluster, namespace, tmp_path):
+    """One node; a run with servers (Job, Deployments, their keeper's RBAC); the servers alone."""
+    modes = [
+        ("plain-one", write_config(tmp_path, SFT_CONFIG, "sft.yaml"), []),
+        ("plain-grpo", write_config(tmp_path, GRPO_CONFIG, "grpo.yaml"), []),
+        ("plain-services", write_config(tmp_path, GRPO_CONFIG, "grpo.yaml"), ["--services", "--ttl", "1h"]),
+    ]
+    for run, config, args in modes:
+        _dry_run_then_launch(cw_env, kube_cluster.kubeconfig, namespace, config, run, *args)
