@@ -238,3 +238,19 @@ def test_a_plugins_failure_advice_and_hints(plugins):
     assert any("no shard matches" in line for line in found[0].log)
     # The silent plugin declares no words: plain advice, never another framework's keys.
     assert "batch size per GPU" in _oom_fix("silentfw")
+
+
+def test_trl_explains_its_lost_vllm_server_in_its_own_words():
+    """The exact line TRL 1.16's vLLM client raises (trl/generation/vllm_client.py)."""
+    pod = _failed_pod("trl")
+    log = [
+        "Traceback (most recent call last):",
+        "ConnectionError: The vLLM server can't be reached at http://r-server:8000 after 240.0 seconds. Make sure "
+        "the server is running by running `vllm serve`.",
+    ]
+    found = diagnose([], [pod], {(pod["metadata"]["name"], "trainer"): log}, NOW)
+    assert [e.kind for e in found] == ["vllm-server-lost"]
+    assert "--role server" in found[0].fix and "vllm_gpu_memory_utilization" in found[0].fix
+    # Another framework's run with the same line is not given TRL's advice.
+    other = _failed_pod("axolotl")
+    assert all(e.kind != "vllm-server-lost" for e in diagnose([], [other], {(other["metadata"]["name"], "trainer"): log}, NOW))

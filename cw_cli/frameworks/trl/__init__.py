@@ -20,6 +20,7 @@ from cw_cli.frameworks.base import (
     CONFIG_MOUNT,
     BaseTrainingFramework,
     DatasetNeed,
+    FailureHint,
     RunContext,
     ServiceDef,
     TrainingType,
@@ -105,6 +106,23 @@ class TRLFramework(BaseTrainingFramework):
     entrypoint_resumes = True
     model_revision_key = "model_revision"
     words = TRL_WORDS
+
+    def failure_hints(self) -> tuple[FailureHint, ...]:
+        """What only TRL's log says: its vLLM client gave up on the generation server.
+
+        The trainer starts only once its servers answer (cw's init containers), so this is a
+        server that died or hung mid-run (TRL 1.16, ``trl/generation/vllm_client.py``).
+        """
+        return (
+            FailureHint(
+                kind="vllm-server-lost",
+                pattern=r"The vLLM server can't be reached at \S+ after \S+ seconds",
+                summary="vLLM server lost",
+                message="the trainer's vLLM client could not reach the generation server (it answered at the start)",
+                fix="see why it stopped: cw logs RUN --role server; a server that ran out of GPU memory needs a "
+                "lower `vllm_gpu_memory_utilization` or a larger `services.server.gpu`",
+            ),
+        )
     module_keys = (("reward_funcs",),)
     file_keys = (
         ("accelerate_config",),
