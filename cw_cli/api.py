@@ -32,6 +32,8 @@ from cw_cli.errors import ClusterUnreachable, ConfigError, Conflict, CwError, In
 from cw_cli.labels import SERVER_ROLES, TRAINER
 
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a call needs the cluster
+    import threading
+
     from cw_cli.config.models import ClusterSpec
     from cw_cli.config.yaml_source import YamlSource
     from cw_cli.estimate.from_config import RunEstimate
@@ -729,6 +731,35 @@ class Run(Struct):
             return ask(self._target(), self.session.namespace, name, self.name, question, max_tokens)
         finally:
             stop_server(self.session.kube, name)
+
+    def forward(
+        self, local_port: int = 8000, *, timeout: float = 900, stop: threading.Event | None = None,
+        progress: Progress = _quiet, listening: Callable[[int], None] = lambda port: None,
+    ) -> None:  # fmt: skip
+        """Make the run's server (started by :meth:`serve`) reachable on ``127.0.0.1:local_port``
+        until ``stop`` is set, through port-forwards of the API server (one per connection, as
+        ``kubectl port-forward``); waits for the server to be Ready first.
+
+        Args:
+            local_port: The local port; 0 picks a free one (``listening`` is told which).
+            timeout: Seconds to wait for the server to be Ready.
+            stop: Ends the forwarding (default: never; Ctrl-C ends it from the CLI).
+            progress: Gets what is being waited for.
+            listening: Called with the port once connections are accepted.
+
+        Raises:
+            WaitTimeout: The server is not Ready in time (or it ended).
+            CwError: The local port is taken.
+        """
+        import threading
+
+        from cw_cli.k8s.serving import forward, wait_ready
+        from cw_cli.labels import SERVE
+
+        name = f"{self.name}-{SERVE}"
+        progress(f"waiting until server {name} is Ready")
+        wait_ready(self.session.kube, name, timeout)
+        forward(self._target(), self.session.namespace, name, local_port, stop or threading.Event(), listening)
 
     def _target(self) -> Any:
         from cw_cli.k8s.connection import ClusterTarget

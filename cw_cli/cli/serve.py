@@ -7,6 +7,7 @@ import click
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import context_option, namespace_option, run_argument
 from cw_cli.cli.plain import printable, say
+from cw_cli.errors import ExitCode
 
 _CHECKPOINT_HELP = "final, latest, a step number, or export:NAME (e.g. export:final-merged)."
 
@@ -16,10 +17,17 @@ _CHECKPOINT_HELP = "final, latest, a step number, or export:NAME (e.g. export:fi
 @click.option("--checkpoint", default="final", show_default=True, help=_CHECKPOINT_HELP)
 @click.option("--ttl", default="2h", show_default=True, help="How long the server lives (the kubelet ends it then).")
 @click.option("--gpu", type=int, default=1, show_default=True, help="GPUs of the server.")
+@click.option("--forward", "forward_port", type=click.IntRange(0, 65535), metavar="PORT",
+              help="Stay, and make the server reachable on 127.0.0.1:PORT (0: any free port) until Ctrl-C.")
+@click.option("--timeout", type=click.FloatRange(1, 86400), default=900, show_default=True,
+              help="With --forward: seconds to wait for the server to be Ready.")
 @namespace_option
 @context_option
 @handle_errors
-def serve_command(run: str, checkpoint: str, ttl: str, gpu: int, namespace: str | None, context: str | None) -> None:
+def serve_command(
+    run: str, checkpoint: str, ttl: str, gpu: int, forward_port: int | None, timeout: float, namespace: str | None,
+    context: str | None,
+) -> None:  # fmt: skip
     """Serve a run's model with vLLM for a while, reachable through the API server."""
     from cw_cli import api
     from cw_cli.cli.runs import check_run_argument
@@ -28,8 +36,21 @@ def serve_command(run: str, checkpoint: str, ttl: str, gpu: int, namespace: str 
     session = api.Session(context=context, namespace=namespace)
     name = session.run(run).serve(checkpoint=checkpoint, ttl=ttl, gpu=gpu)
     say(f"server {click.style(name, bold=True)} starting (ends after {printable(ttl)}; sooner: kubectl delete pod {name})")
-    say(f"reach it: kubectl port-forward -n {session.namespace} svc/{name} 8000:8000, then "
-        f"POST http://localhost:8000/v1/chat/completions with model {run!r}")  # fmt: skip
+    if forward_port is None:
+        say(f"reach it: kubectl port-forward -n {session.namespace} svc/{name} 8000:8000, then "
+            f"POST http://localhost:8000/v1/chat/completions with model {run!r} (or cw serve ... --forward 8000)")  # fmt: skip
+        return
+
+    def listening(port: int) -> None:
+        say(f"forwarding 127.0.0.1:{port} to {name}: POST http://127.0.0.1:{port}/v1/chat/completions with model "
+            f"{run!r}; Ctrl-C stops forwarding (the server lives on until its end)")  # fmt: skip
+
+    try:
+        session.run(run).forward(forward_port, timeout=timeout, progress=lambda line: say(printable(line)),
+                                 listening=listening)  # fmt: skip
+    except KeyboardInterrupt:
+        say(f"stopped forwarding; {name} ends after {printable(ttl)} (kubectl delete pod {name} ends it now)")
+        raise click.exceptions.Exit(int(ExitCode.INTERRUPTED)) from None
 
 
 @click.command("try")

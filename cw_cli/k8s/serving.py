@@ -10,7 +10,10 @@ template (vLLM's chat endpoint applies the model's) and deletes both.
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from cw_cli.errors import ClusterUnreachable, Conflict, CwError, WaitTimeout
@@ -166,6 +169,128 @@ def ask(target: ClusterTarget, namespace: str, pod: str, model: str, question: s
         return str(json.loads(payload)["choices"][0]["message"]["content"])
     except (ValueError, KeyError, IndexError, TypeError):
         raise CwError(f"the server's answer is no chat completion: {payload[:300]!r}") from None
+
+
+#: Seconds a tunnel waits for the server's last bytes once the local client has closed its side.
+_DRAIN_S = 5.0
+
+
+def forward(
+    target: ClusterTarget, namespace: str, pod: str, local_port: int, stop: threading.Event,
+    listening: Callable[[int], None] = lambda port: None,
+) -> None:  # fmt: skip
+    """Serve ``127.0.0.1:local_port`` until ``stop`` is set, as ``kubectl port-forward`` does: each
+    connection gets its own port-forward stream to the pod's server port, through the API server.
+
+    Args:
+        target: The cluster (the official client opens the websocket streams).
+        namespace: The pod's namespace.
+        pod: The server pod.
+        local_port: The port on this machine's loopback address; 0 picks a free one.
+        stop: Set to stop listening (open connections are closed with it).
+        listening: Called with the port once connections are accepted.
+
+    Raises:
+        CwError: The local port is taken.
+        ClusterUnreachable: The cluster cannot be reached.
+    """
+    from kubernetes import client
+
+    from cw_cli.k8s.pod_exec import official_client
+
+    try:
+        listener = socket.create_server(("127.0.0.1", local_port))
+    except OSError as exc:
+        raise CwError(f"cannot listen on 127.0.0.1:{local_port}: {exc.strerror or exc}",
+                      hint="choose another port with --forward PORT (0: any free one)") from None  # fmt: skip
+    opened = client.CoreV1Api(official_client(target)).connect_get_namespaced_pod_portforward
+    tunnels: list[threading.Thread] = []
+    with listener:
+        listener.settimeout(0.25)  # how soon `stop` is noticed
+        listening(listener.getsockname()[1])
+        while not stop.is_set():
+            try:
+                local, _ = listener.accept()
+            except TimeoutError:
+                continue
+            tunnel = threading.Thread(target=_tunnel, args=(opened, pod, namespace, local, stop), daemon=True)
+            tunnel.start()
+            tunnels.append(tunnel)
+    for tunnel in tunnels:
+        tunnel.join(timeout=_DRAIN_S)
+
+
+def _tunnel(opened: Callable[..., Any], pod: str, namespace: str, local: socket.socket, stop: threading.Event) -> None:
+    """Copy bytes both ways between a local connection and a new port-forward stream to the pod."""
+    from kubernetes.stream import portforward
+
+    try:
+        stream = portforward(opened, pod, namespace, ports=str(SERVE_PORT))
+        remote = stream.socket(SERVE_PORT)
+        remote.setblocking(True)
+    except Exception:  # noqa: BLE001 - the client raises many kinds; the local client sees a closed connection
+        local.close()
+        return
+    client_done = threading.Event()
+
+    def upstream() -> None:
+        _copy(local, remote, stop)
+        client_done.set()
+
+    sender = threading.Thread(target=upstream, daemon=True)
+    sender.start()
+    remote.settimeout(0.25)
+    quiet_since: float | None = None
+    try:
+        while not stop.is_set():
+            try:
+                data = remote.recv(65536)
+            except TimeoutError:
+                # A forwarded stream may never show the server's close: once the client has
+                # closed its side and the server has been quiet a while, the exchange is over.
+                if client_done.is_set():
+                    quiet_since = quiet_since or time.monotonic()
+                    if time.monotonic() - quiet_since > _DRAIN_S:
+                        break
+                continue
+            except OSError:
+                break
+            if not data:
+                break
+            quiet_since = None
+            try:
+                local.sendall(data)
+            except OSError:
+                break
+    finally:
+        for end in (local, remote):
+            try:
+                end.close()
+            except OSError:
+                pass
+        stream.close()
+
+
+def _copy(source: socket.socket, sink: socket.socket, stop: threading.Event) -> None:
+    """Bytes from ``source`` to ``sink`` until ``source`` ends.
+
+    ``sink`` is not shut for writing then: the official client would end the whole stream, and
+    with it the answer still on its way.
+    """
+    source.settimeout(0.25)
+    while not stop.is_set():
+        try:
+            data = source.recv(65536)
+        except TimeoutError:
+            continue
+        except OSError:
+            return
+        if not data:
+            break
+        try:
+            sink.sendall(data)
+        except OSError:
+            return
 
 
 def _complete(answer: bytes) -> bool:

@@ -92,3 +92,55 @@ def test_serve_starts_a_server_that_ends_at_its_lifetime(kube_api, namespace, cw
     again = run_cw(cw_env, "serve", "arts", "-n", namespace, timeout=180)
     assert again.returncode == 5 and "has a server already" in again.stderr
     assert run_cw(cw_env, "serve", "arts", "--checkpoint", "77", "-n", namespace, timeout=180).returncode == 2
+
+
+def test_serve_forward_makes_the_server_reachable_here_until_ctrl_c(kube_api, namespace, cw_env, tmp_path, chat_server):
+    """`cw serve --forward 0`: each local connection is a port-forward through the API server (kwok
+    routes it to the stand-in server); Ctrl-C stops forwarding, exit 130, the server lives on."""
+    import os
+    import re
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    _launch(kube_api, namespace, cw_env, tmp_path)
+    client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
+        "kwok.x-k8s.io", "v1alpha1", namespace, "portforwards",
+        {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "PortForward", "metadata": {"name": "arts-serve"},
+         "spec": {"forwards": [{"ports": [8000], "target": {"port": chat_server.server_address[1], "address": "127.0.0.1"}}]}},
+    )  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cw_cli", "serve", "arts", "--gpu", "0", "--forward", "0", "--timeout", "120",
+         "-n", namespace], env=cw_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    try:
+        said = []
+        for line in process.stderr:  # type: ignore[union-attr]
+            said.append(line)
+            found = re.search(r"forwarding 127\.0\.0\.1:(\d+)", line)
+            if found:
+                port = int(found.group(1))
+                break
+        else:
+            pytest.fail(f"cw serve --forward never listened: {''.join(said)}")
+        for question in ("one?", "two?"):  # two connections: two port-forward streams
+            body = json.dumps({"model": "arts", "messages": [{"role": "user", "content": question}]}).encode()
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                             headers={"Content-Type": "application/json"})  # fmt: skip
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                assert json.loads(answer.read())["choices"][0]["message"]["content"] == "four, said the model"
+        assert [a["messages"][0]["content"] for a in _ChatServer.asked] == ["one?", "two?"]
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 130
+        assert "stopped forwarding" in process.stderr.read()  # type: ignore[union-attr]
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        pod = client.CoreV1Api(kube_api).read_namespaced_pod("arts-serve", namespace)
+        assert pod.metadata.deletion_timestamp is None  # the server lives on until its lifetime ends
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
