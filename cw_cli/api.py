@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from msgspec import Struct
 
 from cw_cli.errors import ClusterUnreachable, ConfigError, Conflict, CwError, Interrupted, RunFailed
-from cw_cli.labels import SERVER_ROLES, TRAINER
+from cw_cli.labels import SERVE, SERVER_ROLES, TRAINER
 
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a call needs the cluster
     import threading
@@ -754,7 +754,6 @@ class Run(Struct):
         import threading
 
         from cw_cli.k8s.serving import forward, wait_ready
-        from cw_cli.labels import SERVE
 
         name = f"{self.name}-{SERVE}"
         progress(f"waiting until server {name} is Ready")

@@ -254,3 +254,23 @@ def test_trl_explains_its_lost_vllm_server_in_its_own_words():
     # Another framework's run with the same line is not given TRL's advice.
     other = _failed_pod("axolotl")
     assert all(e.kind != "vllm-server-lost" for e in diagnose([], [other], {(other["metadata"]["name"], "trainer"): log}, NOW))
+
+
+@pytest.mark.parametrize(
+    ("framework", "line", "kind", "fix_names"),
+    [
+        # axolotl 0.19, axolotl/utils/data/wrappers.py: handle_unknown_dataset_strategy
+        ("axolotl", "ValueError: unhandled prompt tokenization strategy: my_format:load_rows. Did you mean "
+         "my_format.load_rows?", "dataset-type", "datasets[].type"),
+        # verifiers 0.1.9, verifiers/utils/env_utils.py: load_environment
+        ("verifiers", "ValueError: Could not import 'vf-math' environment. Ensure the package for the 'vf-math' "
+         "environment is installed.", "environment-missing", "prime env install"),
+    ],
+)  # fmt: skip
+def test_axolotl_and_verifiers_explain_their_own_failures(framework, line, kind, fix_names):
+    pod = _failed_pod(framework)
+    log = ["Traceback (most recent call last):", line]
+    found = diagnose([], [pod], {(pod["metadata"]["name"], "trainer"): log}, NOW)
+    assert [e.kind for e in found] == [kind] and fix_names in found[0].fix
+    other = _failed_pod("trl")  # the same line in another framework's run gets no such advice
+    assert all(e.kind != kind for e in diagnose([], [other], {(other["metadata"]["name"], "trainer"): log}, NOW))

@@ -19,6 +19,7 @@ from cw_cli.frameworks.base import (
     CONFIG_FILE,
     BaseTrainingFramework,
     DatasetNeed,
+    FailureHint,
     RunContext,
     ServiceDef,
     TrainingType,
@@ -86,6 +87,21 @@ class AxolotlFramework(BaseTrainingFramework):
     model_key = "base_model"
     model_revision_key = "revision_of_model"
     words = AXOLOTL_WORDS
+
+    def failure_hints(self) -> tuple[FailureHint, ...]:
+        """What only Axolotl's log says: a dataset ``type`` it has no strategy for (Axolotl 0.19,
+        ``axolotl/utils/data/wrappers.py``). cw checks the data's columns before launch, but not
+        a type naming the user's own loader, which only Axolotl can resolve."""
+        return (
+            FailureHint(
+                kind="dataset-type",
+                pattern=r"unhandled prompt tokenization strategy: ",
+                summary="unknown dataset type",
+                message="Axolotl has no prompt strategy for a dataset's `type`",
+                fix="set `datasets[].type` to one of Axolotl's (e.g. `chat_template`, `alpaca`), or to your own "
+                "`module.load_fn` shipped next to the config or with `code:`; `x:load_y` is written `x.load_y`",
+            ),
+        )
     module_keys = (("trl", "reward_funcs"), ("datasets", "*", "type"))
     file_keys = (
         ("deepspeed",),

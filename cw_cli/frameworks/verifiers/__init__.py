@@ -28,6 +28,7 @@ from cw_cli.estimate.words import ConfigWords
 from cw_cli.frameworks.base import (
     CONFIG_MOUNT,
     BaseTrainingFramework,
+    FailureHint,
     RunContext,
     ServiceDef,
     TrainingType,
@@ -198,6 +199,23 @@ class VerifiersFramework(BaseTrainingFramework):
     model_key = "model"
     output_keys = (("trainer", "args", "output_dir"),)
     words = VERIFIERS_WORDS
+
+    def failure_hints(self) -> tuple[FailureHint, ...]:
+        """What only verifiers' log says: the environment cannot be imported in the pod (verifiers
+        0.1.9, ``verifiers/utils/env_utils.py``). cw installs a hub environment with
+        ``prime env install`` first, which needs the network; a module next to the config is
+        shipped instead."""
+        return (
+            FailureHint(
+                kind="environment-missing",
+                pattern=r"Could not import '[^']+' environment\. Ensure the package",
+                summary="environment not installed",
+                message="verifiers could not import the run's environment in the trainer pod",
+                fix="check `env.id` against the Environments Hub and that the pods reach it (cw runs "
+                "`prime env install ID` first), or put the environment's module (with `load_environment`) "
+                "next to the config so cw ships it",
+            ),
+        )
 
     def default_image(self, training_type: TrainingType) -> str:
         return VERIFIERS_IMAGE
