@@ -228,6 +228,9 @@ class BaseTrainingFramework(ABC):
     #: name (the micro batch, gradient checkpointing, LoRA...). None: the advice is in plain
     #: words, never in another framework's keys, and the estimate lists no config changes.
     words: ClassVar[ConfigWords | None] = None
+    #: Module whose ``read_setup(training_type, native, cluster, base_dir, model_config)`` is
+    #: :meth:`training_setup`, imported only when an estimate is made (a built-in's ``setup.py``).
+    setup_module: ClassVar[str | None] = None
 
     def training_setup(
         self,
@@ -256,12 +259,17 @@ class BaseTrainingFramework(ABC):
             :class:`~cw_cli.estimate.vllm.VllmSetup` with notes, as a
             :class:`~cw_cli.estimate.native_setup.RunSetup`; or None.
         """
-        return None
+        if self.setup_module is None:
+            return None
+        import importlib  # the reader, and what it imports, load only for an estimate
+
+        reader = importlib.import_module(self.setup_module).read_setup
+        return reader(training_type.value, native, cluster, base_dir, model_config)
 
     @property
     def describes_training(self) -> bool:
-        """Whether the framework gives a training setup (its class implements ``training_setup``)."""
-        return type(self).training_setup is not BaseTrainingFramework.training_setup
+        """Whether the framework gives a training setup (``setup_module``, or its own ``training_setup``)."""
+        return self.setup_module is not None or type(self).training_setup is not BaseTrainingFramework.training_setup
 
     def failure_hints(self) -> tuple[FailureHint, ...]:
         """Failures the trainer's log may show that only this framework explains (none by default)."""

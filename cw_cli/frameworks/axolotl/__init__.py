@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cw_cli import __version__
 from cw_cli.estimate.words import ConfigWords
@@ -29,10 +29,6 @@ from cw_cli.frameworks.distributed import accelerate_args, total_processes, trai
 from cw_cli.frameworks.plugin import SimplePlugin
 from cw_cli.frameworks.servers import server_sizing
 from cw_cli.frameworks.tracking import Tracking
-
-if TYPE_CHECKING:
-    from cw_cli.config.models import ClusterSpec
-    from cw_cli.estimate.native_setup import RunSetup
 
 AXOLOTL_IMAGE = "axolotlai/axolotl:0.21.0"
 VLLM_PORT = 8000
@@ -87,6 +83,7 @@ class AxolotlFramework(BaseTrainingFramework):
     model_key = "base_model"
     model_revision_key = "revision_of_model"
     words = AXOLOTL_WORDS
+    setup_module = "cw_cli.frameworks.axolotl.setup"
 
     def failure_hints(self) -> tuple[FailureHint, ...]:
         """What only Axolotl's log says: a dataset ``type`` it has no strategy for (Axolotl 0.19,
@@ -118,17 +115,6 @@ class AxolotlFramework(BaseTrainingFramework):
     def default_image(self, training_type: TrainingType) -> str:
         return AXOLOTL_IMAGE
 
-    def training_setup(
-        self,
-        native: Mapping[str, Any],
-        training_type: TrainingType,
-        cluster: ClusterSpec,
-        base_dir: Path | None,
-        model_config: Mapping[str, Any] | None,
-    ) -> RunSetup:
-        from cw_cli.frameworks.axolotl.setup import read_setup  # only an estimate reads the config this way
-
-        return read_setup(training_type.value, native, cluster, base_dir, model_config)
 
     def required_keys(self, training_type: TrainingType) -> list[tuple[str, ...]]:
         return [("base_model",), ("datasets",)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cw_cli import __version__
 from cw_cli.estimate.words import ConfigWords
@@ -38,10 +38,6 @@ from cw_cli.frameworks.runtime_files import (
 )
 from cw_cli.frameworks.servers import server_sizing
 from cw_cli.types import CODE_MOUNT
-
-if TYPE_CHECKING:
-    from cw_cli.config.models import ClusterSpec
-    from cw_cli.estimate.native_setup import RunSetup
 
 TRL_IMAGE = "huggingface/trl:1.16.0"  # TRL's own image (built from its docker/trl); no vLLM inside
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
@@ -106,6 +102,7 @@ class TRLFramework(BaseTrainingFramework):
     entrypoint_resumes = True
     model_revision_key = "model_revision"
     words = TRL_WORDS
+    setup_module = "cw_cli.frameworks.trl.setup"
 
     def failure_hints(self) -> tuple[FailureHint, ...]:
         """What only TRL's log says: its vLLM client gave up on the generation server.
@@ -138,17 +135,6 @@ class TRLFramework(BaseTrainingFramework):
     def default_image(self, training_type: TrainingType) -> str:
         return TRL_IMAGE
 
-    def training_setup(
-        self,
-        native: Mapping[str, Any],
-        training_type: TrainingType,
-        cluster: ClusterSpec,
-        base_dir: Path | None,
-        model_config: Mapping[str, Any] | None,
-    ) -> RunSetup:
-        from cw_cli.frameworks.trl.setup import read_setup  # only an estimate reads the config this way
-
-        return read_setup(training_type.value, native, cluster, base_dir, model_config)
 
     def known_native_keys(self) -> frozenset[str]:
         return every_trl_key()  # what `trl` reads is no misspelt cw field, whatever it looks like

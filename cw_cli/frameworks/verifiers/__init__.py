@@ -17,9 +17,8 @@ suggestions and failure advice (:data:`VERIFIERS_WORDS`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from msgspec.structs import replace
 
@@ -37,10 +36,6 @@ from cw_cli.frameworks.distributed import accelerate_args, total_processes
 from cw_cli.frameworks.plugin import SimplePlugin
 from cw_cli.frameworks.servers import server_sizing
 from cw_cli.frameworks.tracking import Tracking, from_trainer_args
-
-if TYPE_CHECKING:
-    from cw_cli.config.models import ClusterSpec
-    from cw_cli.estimate.native_setup import RunSetup
 
 VERIFIERS_VERSION = "0.1.9.post3"
 #: vLLM 0.10.2 ships torch 2.8, the versions verifiers' `rl` extra asks for (vllm<0.11, torch<2.9).
@@ -199,6 +194,7 @@ class VerifiersFramework(BaseTrainingFramework):
     model_key = "model"
     output_keys = (("trainer", "args", "output_dir"),)
     words = VERIFIERS_WORDS
+    setup_module = "cw_cli.frameworks.verifiers.setup"
 
     def failure_hints(self) -> tuple[FailureHint, ...]:
         """What only verifiers' log says: the environment cannot be imported in the pod (verifiers
@@ -220,17 +216,6 @@ class VerifiersFramework(BaseTrainingFramework):
     def default_image(self, training_type: TrainingType) -> str:
         return VERIFIERS_IMAGE
 
-    def training_setup(
-        self,
-        native: Mapping[str, Any],
-        training_type: TrainingType,
-        cluster: ClusterSpec,
-        base_dir: Path | None,
-        model_config: Mapping[str, Any] | None,
-    ) -> RunSetup:
-        from cw_cli.frameworks.verifiers.setup import read_setup  # only an estimate reads the config this way
-
-        return read_setup(training_type.value, native, cluster, base_dir, model_config)
 
     def native_defaults(self, training_type: TrainingType) -> dict[str, Any]:
         # RLConfig reports to wandb by default, which fails in a pod without a login; opt in
