@@ -1,9 +1,9 @@
 """The dataset forms cw accepts before launch are the ones TRL 1.16 prepares: for each column set
 `TRLFramework.dataset_needs` declares for sft, dpo, kto and reward, TRL's own trainer (whose
 __init__ prepares the dataset: prompt extraction, unpairing, EOS, tokenization) accepts a small
-dataset of exactly those columns, and a form cw refuses fails there too. GRPO and RLOO read
-their columns only at the first training step (`prompt`): test_generation_data_forms_match_trl.py
-trains that step. Distillation is not covered."""
+dataset of exactly those columns, and a form cw refuses fails there too. GRPO, RLOO and
+distillation read their columns only at the first training step (`prompt`):
+test_generation_data_forms_match_trl.py trains that step."""
 
 from __future__ import annotations
 
