@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The claim `cw cluster up` creates in namespace default (configs/local-sft.yaml uses it).
+#: The claim `cw cluster up` creates in namespace default (configs/test-cluster-sft.yaml uses it).
 DEFAULT_CLAIM = "checkpoints"
 DEFAULT_NAMESPACE = "default"
 

@@ -442,11 +442,11 @@ def test_volumes_working_dir_and_shipped_files_are_accepted_and_scheduled(kube_a
 
 
 def test_readme_quick_start_runs_on_the_checkpoint_volume_cw_cluster_up_creates(kube_api, cw_env):
-    """`cw trl sft configs/local-sft.yaml --gpu 4 --wait` as the README has it: its volume is the
+    """`cw trl sft configs/test-cluster-sft.yaml --gpu 4 --wait` as the README has it: its volume is the
     claim `checkpoints` that `cw cluster up` made in namespace default, bound by the PV controller."""
     core = client.CoreV1Api(kube_api)
     assert core.read_namespaced_persistent_volume_claim("checkpoints", "default").status.phase == "Bound"
-    config = Path(__file__).resolve().parents[2] / "configs" / "local-sft.yaml"
+    config = Path(__file__).resolve().parents[2] / "configs" / "test-cluster-sft.yaml"
     name = f"quick-{int(time.time()) % 100000}"
     try:
         result = run_cw(cw_env, "trl", "sft", str(config), "--gpu", "4", "--wait", "--name", name, "-n", "default")

@@ -125,7 +125,7 @@ def test_the_rendered_trainer_carries_its_config_hash_and_resume_choice(tmp_path
     import yaml
     from training_helpers import REPO
 
-    config = REPO / "configs" / "local-sft.yaml"
+    config = REPO / "configs" / "test-cluster-sft.yaml"
 
     def trainer_env(*extra: str, lr: str = "2e-5") -> dict[str, str]:
         argv = ["trl", "sft", str(config), "--name", "r", "--dry-run", "--set", f"learning_rate={lr}", *extra]

@@ -19,7 +19,7 @@ RUN = "golden-run"
 #: config stem -> (framework, training type)
 GOLDEN_CONFIGS = {
     "trl-sft": ("trl", "sft"),
-    "local-sft": ("trl", "sft"),
+    "test-cluster-sft": ("trl", "sft"),
     "trl-dpo": ("trl", "dpo"),
     "trl-grpo": ("trl", "grpo"),
     "trl-kto": ("trl", "kto"),
