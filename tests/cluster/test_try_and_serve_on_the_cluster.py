@@ -57,14 +57,19 @@ def _launch(api: client.ApiClient, namespace: str, env: dict[str, str], tmp_path
     _route_exec(api, namespace, "arts-reader", tmp_path / "volume")
 
 
+def _route_port_forward(api: client.ApiClient, namespace: str, port: int) -> None:
+    """kwok sends the server pod's port-forward (port 8000) to the stand-in server on this machine."""
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "kwok.x-k8s.io", "v1alpha1", namespace, "portforwards",
+        {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "PortForward", "metadata": {"name": "arts-serve"},
+         "spec": {"forwards": [{"ports": [8000], "target": {"port": port, "address": "127.0.0.1"}}]}},
+    )  # fmt: skip
+
+
 def test_try_asks_the_runs_model_through_a_port_forward_and_removes_the_server(kube_api, namespace, cw_env, tmp_path,
                                                                                chat_server):  # fmt: skip
     _launch(kube_api, namespace, cw_env, tmp_path)
-    client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
-        "kwok.x-k8s.io", "v1alpha1", namespace, "portforwards",
-        {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "PortForward", "metadata": {"name": "arts-serve"},
-         "spec": {"forwards": [{"ports": [8000], "target": {"port": chat_server.server_address[1], "address": "127.0.0.1"}}]}},
-    )  # fmt: skip
+    _route_port_forward(kube_api, namespace, chat_server.server_address[1])
     result = run_cw(cw_env, "try", "arts", "what is two plus two?", "--checkpoint", "export:final-merged", "--gpu", "0",
                     "--timeout", "120", "-n", namespace, timeout=240)  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -106,11 +111,7 @@ def test_serve_forward_makes_the_server_reachable_here_until_ctrl_c(kube_api, na
     import urllib.request
 
     _launch(kube_api, namespace, cw_env, tmp_path)
-    client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
-        "kwok.x-k8s.io", "v1alpha1", namespace, "portforwards",
-        {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "PortForward", "metadata": {"name": "arts-serve"},
-         "spec": {"forwards": [{"ports": [8000], "target": {"port": chat_server.server_address[1], "address": "127.0.0.1"}}]}},
-    )  # fmt: skip
+    _route_port_forward(kube_api, namespace, chat_server.server_address[1])
     process = subprocess.Popen(
         [sys.executable, "-m", "cw_cli", "serve", "arts", "--gpu", "0", "--forward", "0", "--timeout", "120",
          "-n", namespace], env=cw_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
