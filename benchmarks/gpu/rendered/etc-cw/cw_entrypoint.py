@@ -1,0 +1,216 @@
+"""cw's trainer entry point: resume from the newest checkpoint, then exec the real command.
+
+Copied verbatim into the run's ConfigMap (key ``cw_entrypoint.py``, mounted at /etc/cw), so it
+must stay a single file with no cw imports. The trainer container runs::
+
+    python /etc/cw/cw_entrypoint.py trl sft --config /etc/cw/config.yaml --num_processes 8 [...]
+
+Everything after the script name is the command to run. Before running it, cw_entrypoint reads
+``output_dir`` (from ``--output_dir`` on the command line, else from the ``--config`` YAML) and,
+if that folder holds a complete ``checkpoint-<step>`` (one with ``trainer_state.json``, which
+Trainer writes last), appends ``--resume_from_checkpoint <that folder>``. TRL's scripts pass
+``training_args.resume_from_checkpoint`` to ``trainer.train()``, so the run continues from
+that step with its optimizer, scheduler and RNG state.
+
+Nothing is added when the user already set ``resume_from_checkpoint`` (config or command
+line), when ``CW_AUTO_RESUME`` is ``0``/``false``/``no``, when there is no checkpoint yet, or
+with ``--no-resume`` (frameworks that resume by themselves, such as Axolotl).
+
+Before anything runs, the working directory (the run's folder, ``/checkpoints/<run>``) is
+claimed for this run: ``.cw-run.json`` records the framework, training type and model of
+``CW_RUN_IDENTITY``. A later launch under the same run name with a different identity stops
+with exit code 3 instead of resuming from, or writing over, another run's checkpoints.
+
+Then the process image is replaced (``os.execvp``), so signals and the exit code are the
+command's own. Options before the command: ``--dry-run`` prints the final command instead,
+``--no-resume`` skips the resume step, ``--setup JSON`` runs a JSON argv first (e.g. installing a
+verifiers environment from its hub; its failure stops the pod with its exit code); ``--`` ends them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_PREFIX = "[cw-launch]"
+MARKER = ".cw-run.json"
+IDENTITY_ENV = "CW_RUN_IDENTITY"
+FOREIGN_FOLDER_EXIT = 3
+
+
+#: Set (to 1) by ``cw ... --resume``: continue a folder's checkpoints although the config changed.
+RESUME_CHANGED_ENV = "CW_RESUME_CHANGED_CONFIG"
+
+
+def claim_folder(folder: str | os.PathLike, identity_json: str | None, resume_changed: bool = False) -> str:
+    """Record which run owns ``folder``, or stop if another run's checkpoints are there.
+
+    A folder belongs to one framework, training type and model for good. Its config (a hash of
+    the mounted file) may change only when the user asked for it (``--resume``): resuming a
+    run's optimizer state under a different config is a decision, not an accident.
+
+    Returns:
+        A one-line note for the log.
+
+    Raises:
+        SystemExit: The folder belongs to a run with another framework, type or model, or to
+            another config without ``resume_changed``.
+    """
+    if not identity_json:
+        return "no run identity given"
+    identity = json.loads(identity_json)
+    marker = Path(folder) / MARKER
+    where = Path(folder).resolve()
+    try:
+        owner = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        owner = None
+    if isinstance(owner, dict):
+        # A key the marker lacks (written by an older cw) is no evidence of another run.
+        differs = {k: (owner[k], v) for k, v in identity.items() if k not in ("run", "config") and k in owner and owner[k] != v}
+        if differs:
+            listed = ", ".join(f"{k}: {old!r} there, {new!r} now" for k, (old, new) in sorted(differs.items()))
+            _stop(f"{where} holds the outputs of another run ({listed}); refusing to resume from or overwrite them. "
+                  "Launch with another --name, or delete that folder to reuse the name.")  # fmt: skip
+        before, now = owner.get("config"), identity.get("config")
+        if before and now and before != now:
+            if not resume_changed:
+                _stop(f"{where} holds checkpoints of this run name trained with another config ({before} there, {now} "
+                      "now). Relaunch with --resume to continue from them with the new config, or use another --name.")  # fmt: skip
+            marker.write_text(json.dumps(identity, sort_keys=True) + "\n", encoding="utf-8")
+            return f"{where}: continuing with a changed config ({before} -> {now}), as --resume asked"
+        return f"{where} belongs to this run"
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(identity, sort_keys=True) + "\n", encoding="utf-8")
+    return f"claimed {where} for this run"
+
+
+def _stop(message: str) -> None:
+    print(f"{_PREFIX} {message}", file=sys.stderr, flush=True)
+    raise SystemExit(FOREIGN_FOLDER_EXIT)
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _has_flag(argv: list[str], *flags: str) -> bool:
+    return any(a == f or a.startswith(f + "=") for a in argv for f in flags)
+
+
+def read_config(path: str) -> dict:
+    """The YAML mapping at ``path`` (PyYAML ships with TRL; a tiny fallback reads top-level scalars)."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - every TRL image has PyYAML
+        out: dict = {}
+        for line in text.splitlines():
+            m = re.match(r"^([A-Za-z_][\w.-]*)\s*:\s*(.*?)\s*(#.*)?$", line)
+            if m and m.group(2):
+                out[m.group(1)] = m.group(2).strip("'\"")
+        return out
+    data = yaml.safe_load(text)
+    return data if isinstance(data, dict) else {}
+
+
+def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+    """Newest complete ``checkpoint-<step>`` folder in ``output_dir``, or None."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return None
+    found = []
+    for child in root.iterdir():
+        m = _CHECKPOINT.match(child.name)
+        if m and child.is_dir():
+            found.append((int(m.group(1)), child))
+    for _, child in sorted(found, reverse=True):
+        state = child / "trainer_state.json"
+        try:
+            json.loads(state.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # interrupted while saving: fall back to the previous one
+        return child
+    return None
+
+
+def resume_args(argv: list[str], environ: dict | None = None) -> tuple[list[str], str]:
+    """Arguments to append to ``argv`` and a one-line reason (for the log)."""
+    env = os.environ if environ is None else environ
+    if str(env.get("CW_AUTO_RESUME", "1")).strip().lower() in ("0", "false", "no", "off"):
+        return [], "automatic resume disabled (CW_AUTO_RESUME)"
+    if _has_flag(argv, "--resume_from_checkpoint", "--resume-from-checkpoint"):
+        return [], "resume_from_checkpoint given on the command line"
+    config: dict = {}
+    config_path = _flag_value(argv, "--config")
+    if config_path:
+        try:
+            config = read_config(config_path)
+        except OSError as exc:
+            return [], f"cannot read {config_path}: {exc}"
+    if config.get("resume_from_checkpoint") not in (None, ""):
+        return [], "resume_from_checkpoint set in the config"
+    output_dir = _flag_value(argv, "--output_dir") or _flag_value(argv, "--output-dir") or config.get("output_dir")
+    if not output_dir:
+        return [], "no output_dir"
+    checkpoint = latest_checkpoint(output_dir)
+    if checkpoint is None:
+        return [], f"no checkpoint in {output_dir}: starting fresh"
+    return ["--resume_from_checkpoint", str(checkpoint)], f"resuming from checkpoint {checkpoint}"
+
+
+def build_command(argv: list[str], environ: dict | None = None) -> tuple[list[str], str]:
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise SystemExit(f"usage: {Path(sys.argv[0]).name} COMMAND [ARGS...]  (e.g. trl sft --config FILE)")
+    extra, reason = resume_args(argv, environ)
+    return argv + extra, reason
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    options = set()
+    setups: list[list[str]] = []
+    while argv and argv[0] in ("--dry-run", "--no-resume", "--setup"):
+        option = argv.pop(0)
+        if option == "--setup" and argv:
+            setups.append([str(part) for part in json.loads(argv.pop(0))])
+        options.add(option)
+    dry_run = "--dry-run" in options
+    if not dry_run:
+        resume_changed = os.environ.get(RESUME_CHANGED_ENV, "") not in ("", "0")
+        note = claim_folder(os.getcwd(), os.environ.get(IDENTITY_ENV), resume_changed)
+        print(f"{_PREFIX} {note}", file=sys.stderr, flush=True)
+        for setup in setups:
+            print(f"{_PREFIX} setup: {' '.join(setup)}", file=sys.stderr, flush=True)
+            code = subprocess.call(setup)
+            if code != 0:
+                print(f"{_PREFIX} setup failed with exit code {code}: {' '.join(setup)}", file=sys.stderr, flush=True)
+                return code
+    if "--no-resume" in options:
+        command, reason = build_command(argv, {"CW_AUTO_RESUME": "0"})
+        reason = "resume is left to the framework"
+    else:
+        command, reason = build_command(argv)
+    print(f"{_PREFIX} {reason}", file=sys.stderr, flush=True)
+    if dry_run:
+        print(json.dumps(command))
+        return 0
+    print(f"{_PREFIX} exec: {' '.join(command)}", file=sys.stderr, flush=True)
+    os.execvp(command[0], command)
+    return 127  # pragma: no cover - execvp does not return
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
