@@ -8,7 +8,10 @@ root (the pod's working folder)::
 ``RUN-DIR`` is the run's output folder relative to the volume's root. Standard library only, no
 cw imports. For each ``checkpoint-N``: its step, size, time, whether it is complete (its
 ``trainer_state.json`` reads: the Trainer writes it last) and the metrics logged at that step;
-the final model the Trainer saved in the folder itself; and each ``exported/`` folder.
+the final model the Trainer saved in the folder itself; and each ``exported/`` folder. Each says
+whether it is a LoRA adapter, and what a server needs to know of the model (``model``): an
+adapter's base and rank, the attention heads and the longest context, read from
+``adapter_config.json`` and ``config.json`` (an adapter's base's, where it is a folder here).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import re
 import sys
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+#: The largest config file read (a model's config.json is a few KB).
+_CONFIG_MAX = 1 << 20
 _WEIGHTS = re.compile(r"^(model.*\.safetensors|pytorch_model.*\.bin|adapter_model\.(safetensors|bin))$")
 
 
@@ -44,11 +49,46 @@ def _metrics(state: dict, step: int) -> dict:
     return found
 
 
+def _json(path: str) -> dict:
+    """A small JSON object file (a model's config); anything else (a device, a huge or broken file) is {}."""
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) > _CONFIG_MAX:
+            return {}
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _positive(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _model_facts(folder: str) -> dict:
+    """What a server needs to know of the model in ``folder``: an adapter's base and rank, the
+    attention heads and the longest context (from the adapter's base where it has no config)."""
+    facts: dict = {}
+    adapter = _json(os.path.join(folder, "adapter_config.json"))
+    config = _json(os.path.join(folder, "config.json"))
+    if adapter:
+        base = adapter.get("base_model_name_or_path")
+        facts["base"] = base if isinstance(base, str) and base else None
+        facts["lora_rank"] = _positive(adapter.get("r"))
+        if not config and facts["base"] and os.path.isabs(facts["base"]):
+            config = _json(os.path.join(facts["base"], "config.json"))
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    for key, name in (("heads", "num_attention_heads"), ("kv_heads", "num_key_value_heads"),
+                      ("max_positions", "max_position_embeddings")):  # fmt: skip
+        facts[key] = _positive(config.get(name)) or _positive(text.get(name))
+    return facts
+
+
 def _entry(folder: str, kind: str, step: int | None, complete: bool, metrics: dict) -> dict:
     size, newest, count = _size_and_time(folder, recursive=kind != "final")
     adapter = os.path.isfile(os.path.join(folder, "adapter_config.json"))
     return {"kind": kind, "path": folder, "step": step, "complete": complete, "size": size, "files": count,
-            "modified": newest, "adapter": adapter, "metrics": metrics}  # fmt: skip
+            "modified": newest, "adapter": adapter, "model": _model_facts(folder), "metrics": metrics}  # fmt: skip
 
 
 def list_artifacts(run_dir: str) -> dict:
