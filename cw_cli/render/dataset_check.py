@@ -5,7 +5,9 @@ finds the data where it can be read on this machine (a local file or folder, as 
 the run, or a dataset in the local Hugging Face hub cache), reads only the first record, header
 or schema of one data file, and compares. A wrong column is an error; data that is not here (a
 hub dataset not cached, a path on a volume) or in a form read here only with a missing package
-is a notice that it was not checked.
+is a notice that it was not checked. A data file that is there but cannot be read at all (empty,
+not text, not JSON or CSV it claims to be, a corrupt Parquet file, a FIFO, a link loop) is an
+error too: the trainer would fail on it after the run took its GPUs.
 
 Nothing heavy is imported at module import (a dry run must start fast): pyarrow only for a
 Parquet or Arrow file, and only if installed. Files are stat-ed before they are opened, read
@@ -22,6 +24,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from cw_cli.frameworks.base import DatasetNeed
+from cw_cli.render.folder_walk import FolderTooDeep, walk_files
 from cw_cli.render.shipped_files import PSEUDO_ROOTS, read_nonblocking
 
 #: Bytes read from a JSON, CSV or README file: the first record of a data file fits in far less.
@@ -55,6 +58,17 @@ class _Unchecked(Exception):
     """The columns cannot be read here; the message says why (for a notice)."""
 
 
+class _Unreadable(Exception):
+    """The data file is here but no reader could read it; the message says why (for an error)."""
+
+
+#: The fix an unreadable data file's error gives.
+_FIX = "fix or replace the file, or point the setting at the data the run should read"
+#: Column names shown in a message: at most this many, each at most :data:`_NAME_SHOWN` characters.
+_COLUMNS_SHOWN = 30
+_NAME_SHOWN = 60
+
+
 def check_datasets(needs: list[DatasetNeed], base_dir: Path) -> list[str]:
     """Check each dataset's columns against what its training type reads.
 
@@ -67,13 +81,19 @@ def check_datasets(needs: list[DatasetNeed], base_dir: Path) -> list[str]:
 
     Raises:
         ValueError: A dataset lacks the columns its training type reads; the message names the
-            key, the dataset, the file read, the columns found and the ones expected.
+            key, the dataset, the file read, the columns found and the ones expected. Or its data
+            file cannot be read at all (the message names the file and the fix), or its folder is
+            nested deeper than :data:`~cw_cli.render.folder_walk.MAX_DEPTH`.
     """
     notices = []
     for need in needs:
         try:
             data_file = locate(need, base_dir)
             found = read_columns(data_file)
+        except _Unreadable as exc:
+            raise ValueError(f"`{need.key}`: {need.reference}: {exc}; {_FIX}") from None
+        except FolderTooDeep as exc:
+            raise ValueError(f"`{need.key}`: {need.reference}: {exc}") from None
         except _Unchecked as exc:
             notices.append(f"`{need.key}`: {need.reference} {exc}: its columns were not checked")
             continue
@@ -99,12 +119,23 @@ def _wrong_columns(need: DatasetNeed, data_file: Path, found: list[str], kept: l
     lines = [
         f"`{need.key}`: {need.reference} does not have the columns its training reads",
         f"  file: {data_file}",
-        f"  columns found: {', '.join(found) or '(none)'}",
+        f"  columns found: {_shown_columns(found)}",
     ]
     if kept != found:
-        lines.append(f"  columns kept by `columns`: {', '.join(kept) or '(none)'}")
+        lines.append(f"  columns kept by `columns`: {_shown_columns(kept)}")
     lines += [f"  columns expected: {expected}", f"  ({need.description}; rename the columns to match)"]
     return "\n".join(lines)
+
+
+def _shown_columns(columns: list[str]) -> str:
+    """Column names as a message lists them: escaped, each and their number bounded (a header
+    field may be 128 KiB of one name)."""
+    shown = []
+    for column in columns[:_COLUMNS_SHOWN]:
+        name = column if column.isprintable() else repr(column)[1:-1]
+        shown.append(name if len(name) <= _NAME_SHOWN else f"{name[:_NAME_SHOWN - 3]}... ({len(column):,} characters)")
+    more = len(columns) - len(shown)
+    return ", ".join(shown) + (f" and {more:,} more" if more > 0 else "") if shown else "(none)"
 
 
 def locate(need: DatasetNeed, base_dir: Path) -> Path:
@@ -112,8 +143,10 @@ def locate(need: DatasetNeed, base_dir: Path) -> Path:
 
     Raises:
         _Unchecked: The data is not on this machine, or cw cannot tell which file it is.
+        _Unreadable: The path is here but not a file or folder (a FIFO, a device, a link loop).
     """
     reference = need.reference
+    _refuse_broken(base_dir / reference)
     local = _existing(base_dir / reference)
     if local is None and reference in BUILDERS:
         return _pick(base_dir, need, builder=True)
@@ -122,13 +155,40 @@ def locate(need: DatasetNeed, base_dir: Path) -> Path:
     if local is not None and local.is_dir():
         return _pick(local, need)
     if local is not None:
-        raise _Unchecked("is not a regular file or folder")
+        raise _Unreadable(f"{local} is not a regular file or folder (a FIFO, a device or a socket)")
     if not _HUB_ID.match(reference) or Path(reference).suffix.lower() in FORMATS:
         raise _Unchecked("is not on this machine (a path in the image or on a volume)")
     snapshot = cached_snapshot(reference)
     if snapshot is None:
         raise _Unchecked("is not in the local Hugging Face cache")
     return _pick(snapshot, need)
+
+
+def _refuse_broken(path: Path) -> None:
+    """Refuse a path that is here as a link but leads nowhere readable (a loop, a dangling link):
+    it is neither shipped nor found in the pods.
+
+    Raises:
+        _Unreadable: The link cannot be followed.
+    """
+    try:
+        path = path.expanduser()
+        if not os.path.islink(path):
+            return
+        os.stat(path)
+    except FileNotFoundError:
+        raise _Unreadable(f"{path} is a link to {_link_target(path)}, which does not exist") from None
+    except OSError as exc:
+        raise _Unreadable(f"{path} cannot be read ({exc.strerror or exc})") from None
+    except ValueError:
+        return  # not a path (a NUL): left to the lookup, which says it is not here
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "a missing path"
 
 
 def _existing(path: Path) -> Path | None:
@@ -202,17 +262,23 @@ def _pick(root: Path, need: DatasetNeed, builder: bool = False) -> Path:
 
 
 def _data_files(root: Path) -> list[str]:
-    """Data files under ``root`` (paths relative to it), hidden folders left out, bounded."""
+    """Data files under ``root`` (paths relative to it), hidden folders left out, bounded in
+    entries and depth (:func:`walk_files` enters no link to a folder and opens nothing).
+
+    Raises:
+        FolderTooDeep: ``root`` is nested deeper than a dataset is.
+    """
     found: list[str] = []
     seen = 0
-    for folder, subfolders, names in os.walk(root):
-        subfolders[:] = sorted(d for d in subfolders if not d.startswith((".", "__")))
-        for name in names:
+    try:
+        for relative, path, _ in walk_files(root, skip_folder=lambda name: name.startswith((".", "__"))):
             seen += 1
             if seen > MAX_ENTRIES:
                 return found
-            if not name.startswith(".") and Path(name).suffix.lower() in FORMATS:
-                found.append(Path(folder, name).relative_to(root).as_posix())
+            if not path.name.startswith(".") and path.suffix.lower() in FORMATS:
+                found.append(relative)
+    except FileNotFoundError:
+        return found
     return found
 
 
@@ -301,34 +367,56 @@ def read_columns(path: Path) -> list[str]:
     """The column names of a data file, from its first record, header or schema.
 
     Raises:
-        _Unchecked: Not a regular file, compressed, empty, or a format that cannot be read here.
+        _Unchecked: A format that cannot be read here (compressed, Parquet without pyarrow), or a
+            first record larger than cw reads.
+        _Unreadable: Not a regular file, a file that cannot be opened, empty, not text, or not
+            the JSON, CSV or Parquet its name says.
     """
     try:
         info = os.stat(path)  # stat first: opening a FIFO blocks
         resolved = os.path.realpath(path)
     except (OSError, ValueError) as exc:
-        raise _Unchecked(f"cannot be read ({exc})") from None
+        raise _Unreadable(f"{path} cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
     if not stat.S_ISREG(info.st_mode) or any(resolved == r or resolved.startswith(r + "/") for r in PSEUDO_ROOTS):
-        raise _Unchecked(f"is read from {path}, which is not a regular file")
+        raise _Unreadable(f"{path} is not a regular file (a FIFO, a device, a socket or a file of the operating system)")
     kind = FORMATS.get(path.suffix.lower())
     if kind is None:
         raise _Unchecked(f"is read from {path.name}, a format cw does not read")
-    if kind == "text":
-        return ["text"]  # datasets' text builder: one `text` column
     if kind in ("parquet", "arrow"):
         return _arrow_columns(path, kind, info.st_size)
     try:
         data = read_nonblocking(path, READ_LIMIT)
     except OSError as exc:
-        raise _Unchecked(f"cannot be read ({exc})") from None
+        raise _Unreadable(f"{path} cannot be read ({exc.strerror or exc})") from None
     if not data.strip():
-        raise _Unchecked(f"is read from {path.name}, which is empty")
+        raise _Unreadable(f"{path} is empty")
+    truncated = len(data) == READ_LIMIT
+    _refuse_binary(data, truncated, path)
+    if kind == "text":
+        return ["text"]  # datasets' text builder: one `text` column
     if kind == "json":
-        return _json_columns(data, len(data) == READ_LIMIT, path.name)
-    return _csv_columns(data, "\t" if kind == "tsv" else ",", len(data) == READ_LIMIT, path.name)
+        return _json_columns(data, truncated, path)
+    return _csv_columns(data, "\t" if kind == "tsv" else ",", truncated, path)
 
 
-def _json_columns(data: bytes, truncated: bool, name: str) -> list[str]:
+def _refuse_binary(data: bytes, truncated: bool, path: Path) -> None:
+    """Refuse bytes no text reader takes: a NUL, or bytes that are not UTF-8 (a character cut
+    at the read bound is not counted).
+
+    Raises:
+        _Unreadable: Naming the file and where.
+    """
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise _Unreadable(f"{path} is not text (a NUL byte at byte {nul:,}): not JSON, CSV or text data")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if not (truncated and exc.start >= len(data) - 4):
+            raise _Unreadable(f"{path} is not UTF-8 text (byte {exc.start:,}); save it as UTF-8") from None
+
+
+def _json_columns(data: bytes, truncated: bool, path: Path) -> list[str]:
     """Keys of the first record: a JSON Lines file, an array of records, or an object of columns."""
     import json
 
@@ -337,26 +425,54 @@ def _json_columns(data: bytes, truncated: bool, name: str) -> list[str]:
         text = text[1:].lstrip()
     try:
         first, _ = json.JSONDecoder().raw_decode(text)
-    except ValueError:
-        why = "a first record over 1 MiB" if truncated else "no JSON record at its start"
-        raise _Unchecked(f"is read from {name}, which has {why}") from None
+    except RecursionError:
+        raise _Unreadable(f"{path} has JSON nested deeper than a record is") from None
+    except ValueError as exc:
+        if truncated:
+            raise _Unchecked(f"is read from {path.name}, which has a first record over 1 MiB") from None
+        raise _Unreadable(f"{path} has no JSON record at its start ({exc})") from None
     if not isinstance(first, dict):
-        raise _Unchecked(f"is read from {name}, whose first JSON value is not a record")
+        raise _Unreadable(f"{path} starts with a JSON {type(first).__name__}, not a record (an object of columns)")
     return [str(key) for key in first]
 
 
-def _csv_columns(data: bytes, delimiter: str, truncated: bool, name: str) -> list[str]:
+def _csv_columns(data: bytes, delimiter: str, truncated: bool, path: Path) -> list[str]:
     import csv
 
     text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
     if truncated and "\n" not in text:
-        raise _Unchecked(f"is read from {name}, whose header is over 1 MiB")
-    header = next(csv.reader(io.StringIO(text), delimiter=delimiter), [])
-    return [column for column in header]
+        raise _Unchecked(f"is read from {path.name}, whose header is over 1 MiB")
+    limit = csv.field_size_limit()
+    csv.field_size_limit(READ_LIMIT + 1)  # a header field may be long; the bytes read are bounded anyway
+    try:
+        header = next(csv.reader(io.StringIO(text), delimiter=delimiter, strict=True), [])
+    except csv.Error as exc:
+        if truncated:
+            raise _Unchecked(f"is read from {path.name}, whose header cw cannot read in its first 1 MiB") from None
+        raise _Unreadable(f"{path} has a header that is not valid CSV ({exc})") from None
+    finally:
+        csv.field_size_limit(limit)
+    if not any(column.strip() for column in header):
+        raise _Unreadable(f"{path} has an empty header line")
+    return list(header)
 
 
 def _arrow_columns(path: Path, kind: str, size: int) -> list[str]:
     """Column names from a Parquet footer or an Arrow stream's schema, with pyarrow if installed."""
+    if size == 0:
+        raise _Unreadable(f"{path} is empty")
+    if kind == "parquet":
+        try:
+            with open(path, "rb") as handle:  # a regular file, checked by the caller
+                head = handle.read(4)
+                handle.seek(max(0, size - 8))
+                tail = handle.read(8)
+        except OSError as exc:
+            raise _Unreadable(f"{path} cannot be read ({exc.strerror or exc})") from None
+        if head != b"PAR1" or len(tail) < 8 or tail[4:] != b"PAR1" or int.from_bytes(tail[:4], "little") > size - 12:
+            raise _Unreadable(f"{path} is not a Parquet file (no Parquet header and footer)")
+        if int.from_bytes(tail[:4], "little") > FOOTER_LIMIT:
+            raise _Unchecked(f"is read from {path.name}, whose Parquet footer is over {FOOTER_LIMIT >> 20} MiB")
     try:
         import pyarrow as pa  # lazily and optionally: cw does not depend on it
         import pyarrow.parquet as pq
@@ -364,18 +480,12 @@ def _arrow_columns(path: Path, kind: str, size: int) -> list[str]:
         raise _Unchecked(f"is read from {path.name}, and pyarrow (which reads {kind.title()}) is not installed here") from None
     try:
         if kind == "parquet":
-            with open(path, "rb") as handle:  # a regular file, checked by the caller
-                handle.seek(max(0, size - 8))
-                tail = handle.read(8)
-            if len(tail) < 8 or tail[4:] != b"PAR1" or int.from_bytes(tail[:4], "little") > FOOTER_LIMIT:
-                raise _Unchecked(f"is read from {path.name}, which is not a Parquet file cw can read")
             return list(pq.read_schema(path).names)
         with pa.OSFile(str(path)) as source:
             try:
                 return list(pa.ipc.open_stream(source).schema.names)
             except pa.ArrowInvalid:
                 return list(pa.ipc.open_file(str(path)).schema.names)
-    except _Unchecked:
-        raise
     except (OSError, ValueError, pa.ArrowException) as exc:
-        raise _Unchecked(f"is read from {path.name}, which cannot be read ({exc})") from None
+        why = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise _Unreadable(f"{path} is not a {kind.title()} file cw can read ({why})") from None

@@ -21,6 +21,7 @@ from typing import Any
 from msgspec import Struct
 
 from cw_cli.frameworks.base import CONFIG_MOUNT
+from cw_cli.render.folder_walk import FolderTooDeep, walk_files
 
 #: The API server refuses a ConfigMap whose keys plus values exceed this (data and binaryData).
 CONFIGMAP_LIMIT = 1024 * 1024
@@ -260,7 +261,12 @@ def ship_referenced(
             if in_place:
                 container[key] = str(local.resolve())
                 continue
-            paths, size, complete = _local_tree(local)
+            try:
+                paths, size, complete = _local_tree(local)
+            except FolderTooDeep as exc:
+                raise ValueError(f"`{_dotted(path)}`: {exc}") from None
+            except OSError as exc:
+                raise ValueError(f"`{_dotted(path)}`: {value} cannot be read ({exc})") from None
             if size > CONFIGMAP_LIMIT or not complete:  # checked before reading: it may be a model of many GB
                 count = f"{len(paths)} file{'' if len(paths) == 1 else 's'}"
                 amount = _mib(size) if complete else f"at least {count} and {_mib(size)}"
@@ -285,20 +291,25 @@ def _local_tree(local: Path) -> tuple[list[Path], int, bool]:
     walk saw them all.
 
     The walk stops once the size passes the ConfigMap limit or it has seen :data:`MAX_TREE_FILES`
-    files, so `dataset_name: /` costs a moment, not a walk of the whole disk (rglob does not
-    follow symbolic links to folders).
+    files, so `dataset_name: /` costs a moment, not a walk of the whole disk. It is bounded in
+    depth and enters no link to a folder (:func:`walk_files`); a link to a file counts as the
+    file it names, when that is a regular file.
+
+    Raises:
+        FolderTooDeep: The folder is nested deeper than a real one is (a ValueError).
     """
     if local.is_file():
         return [local], local.stat().st_size, True
     paths: list[Path] = []
     size = 0
-    for candidate in local.rglob("*"):
-        try:
-            info = candidate.stat()
-        except OSError:
-            continue  # vanished, dangling or unreadable: not shipped
+    for _, candidate, info in walk_files(local):
+        if stat.S_ISLNK(info.st_mode):
+            try:
+                info = candidate.stat()
+            except (OSError, ValueError):
+                continue  # dangling or a loop: not shipped
         if not stat.S_ISREG(info.st_mode):
-            continue  # folders are walked; devices and FIFOs are not files to ship
+            continue  # devices, FIFOs and sockets are not files to ship
         paths.append(candidate)
         size += info.st_size
         if size > CONFIGMAP_LIMIT or len(paths) > MAX_TREE_FILES:
@@ -364,7 +375,10 @@ def _package_files(folder: Path, module: str, what: str) -> list[ShippedFile]:
     Raises:
         ValueError: Larger than a ConfigMap holds; the message names `code`, which ships more.
     """
-    paths, size, complete = _local_tree(folder)
+    try:
+        paths, size, complete = _local_tree(folder)
+    except (FolderTooDeep, OSError) as exc:
+        raise ValueError(f"{what}: {exc}") from None
     paths = [p for p in paths if "__pycache__" not in p.relative_to(folder).parts and p.suffix not in (".pyc", ".pyo")]
     if not complete or sum(p.stat().st_size for p in paths) > CONFIGMAP_LIMIT:
         raise ValueError(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from cw_cli.frameworks.base import CONFIG_MOUNT
 from cw_cli.frameworks.runtime_files import CODE_FILE
+from cw_cli.render.folder_walk import FolderTooDeep, walk_files
 from cw_cli.render.shipped_files import CONFIGMAP_LIMIT, PSEUDO_ROOTS, ShippedFile, read_nonblocking
 from cw_cli.types import CODE_MOUNT
 
@@ -58,22 +59,23 @@ def code_files(folder: Path) -> list[tuple[str, Path, int]]:
     """
     found: list[tuple[str, Path, int]] = []
     total = 0
-    for root, dirs, names in os.walk(folder):  # os.walk does not follow links to folders
-        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_FOLDERS and not d.endswith(SKIPPED_SUFFIXES))
-        for name in sorted(names):
-            if name.endswith(SKIPPED_SUFFIXES):
-                continue
-            local = Path(root) / name
-            try:
-                info = local.lstat()
-            except OSError:
-                continue  # vanished or unreadable: not shipped
-            if not stat.S_ISREG(info.st_mode):
-                continue
+
+    def skipped(name: str) -> bool:
+        return name in SKIPPED_FOLDERS or name.endswith(SKIPPED_SUFFIXES)
+
+    try:
+        # Bounded in depth, enters no link to a folder, opens nothing (folder_walk.walk_files).
+        for relative, local, info in walk_files(folder, skip_folder=skipped):
+            if local.name.endswith(SKIPPED_SUFFIXES) or not stat.S_ISREG(info.st_mode):
+                continue  # compiled Python; links, devices, FIFOs
             total += info.st_size
-            found.append((local.relative_to(folder).as_posix(), local, info.st_mode))
+            found.append((relative, local, info.st_mode))
             if total > MAX_RAW_BYTES or len(found) > MAX_FILES:
                 raise _too_large(folder, f"over {_mib(MAX_RAW_BYTES)} or {MAX_FILES} files")
+    except FolderTooDeep as exc:
+        raise ValueError(f"`code`: {exc}") from None
+    except OSError as exc:
+        raise ValueError(f"`code`: {folder} cannot be read ({exc})") from None
     return sorted(found)
 
 

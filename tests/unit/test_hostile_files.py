@@ -395,8 +395,9 @@ def test_a_referenced_folder_is_walked_only_until_it_is_too_large(cw, tmp_path, 
     _refused(_dry_run(cw, path), "`dataset_name: data` is at least 6 files and 0.00 MiB, too large to ship", "volumes:")
 
 
-def test_a_referenced_device_is_left_alone(cw, tmp_path):
+def test_a_referenced_device_is_never_shipped_and_its_data_refused(cw, tmp_path):
     path = _write(tmp_path, BASE.replace("dataset_name: d", "dataset_name: /dev/null"))
-    result = _dry_run(cw, path)
-    assert result.exit_code == 0 and "ships /dev/null" not in result.stderr, result.output
+    result = _dry_run(cw, path)  # no trainer reads data from a device: refused before launch (issue 32)
+    assert result.exit_code == 2 and "ships /dev/null" not in result.stderr, result.output
+    assert "/dev/null is not a regular file or folder" in result.output
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
