@@ -149,17 +149,24 @@ class CwGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [loaded.name for loaded in self.registry.all()] + list(COMMANDS)
 
+    def registry_for(self, name: str) -> FrameworkRegistry:
+        """The frameworks ``cw <name> ...`` (or ``cw estimate <name> ...``) needs: a built-in
+        alone, so no plugin is imported (a plugin that hangs or exits cannot touch it), unless
+        every framework is loaded already."""
+        from cw_cli.frameworks.registry import BUILTINS, FrameworkRegistry
+
+        if name in BUILTINS and self._registry is None:  # only that framework: no plugin scan
+            single = FrameworkRegistry().load_builtin(name)
+            self._single.append(single)
+            return single
+        return self.registry
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in COMMANDS:
             return load_command(COMMANDS[cmd_name][0])
-        from cw_cli.frameworks.registry import BUILTINS, FrameworkRegistry
-
-        if cmd_name in BUILTINS and self._registry is None:  # only that framework: no plugin scan
-            single = FrameworkRegistry().load_builtin(cmd_name)
-            self._single.append(single)
-            return FrameworkGroup(single, cmd_name)
-        if cmd_name in {loaded.name for loaded in self.registry.all()}:
-            return FrameworkGroup(self.registry, cmd_name)
+        registry = self.registry_for(cmd_name)
+        if cmd_name in {loaded.name for loaded in registry.all()}:
+            return FrameworkGroup(registry, cmd_name)
         return None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -182,13 +189,21 @@ def _load_registry() -> FrameworkRegistry:
 
     registry = FrameworkRegistry()
     try:
-        return registry.load_all(slow=slow)
+        registry.load_all(slow=slow)
     except KeyboardInterrupt:
         from cw_cli.cli.plain import printable, say
 
         where = f"the plugin {printable(registry.loading)}" if registry.loading else "the frameworks"
         say(f"error: interrupted while loading {where}; {DISABLE_PLUGINS_ENV}=1 starts cw without plugins")
         raise click.exceptions.Exit(int(ExitCode.INTERRUPTED)) from None
+    if registry.failures:
+        from cw_cli.cli.plain import printable, say
+
+        for failure in registry.failures:  # one line each: cw goes on without that plugin
+            say(f"warning: the plugin {printable(failure.source)} failed to load and is left out: "
+                f"{printable(failure.error)[:300]}")  # fmt: skip
+        registry.reported = True
+    return registry
 
 
 def _debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:

@@ -49,14 +49,15 @@ VLLM_ROWS = (
 )
 
 
-def _registry(ctx: click.Context) -> FrameworkRegistry:
+def _registry(ctx: click.Context, framework: str) -> FrameworkRegistry:
+    """The frameworks the estimate needs: a built-in alone (no plugin is imported), else all."""
     root = ctx.find_root().command
-    registry = getattr(root, "registry", None)
-    if registry is not None:
-        return registry
-    from cw_cli.frameworks.registry import FrameworkRegistry
+    registry_for = getattr(root, "registry_for", None)
+    if registry_for is not None:
+        return registry_for(framework)
+    from cw_cli.frameworks.registry import registry_for as load
 
-    return FrameworkRegistry().load_all()
+    return load(framework)
 
 
 @click.command("estimate")
@@ -102,7 +103,7 @@ def estimate_command(
 
     output = check_output(output)
     check_gpu_memory_flag(gpu_memory)  # before anything is read: `--gpu-memory 0` is no GPU
-    registry = _registry(ctx)
+    registry = _registry(ctx, framework)
     if name is not None:
 
         validate_run_name(name)  # a launch option: checked, though an estimate names nothing

@@ -21,8 +21,10 @@ def frameworks_command(ctx: click.Context) -> None:
     for loaded in registry.all():
         table.add_row(loaded.name, ", ".join(loaded.types), loaded.plugin.version, loaded.source, loaded.plugin.description)
     out().print(table)
-    for failure in registry.failures:
+    for failure in [] if registry.reported else registry.failures:  # else warned of as it loaded
         err().print(f"[red]failed to load[/] {escape(failure.source)}: {escape(failure.error)}")
+    for note in registry.notes:
+        err().print(f"note: {escape(note)}")
 
 
 @click.command("schema")
