@@ -4,7 +4,7 @@ Copied verbatim into the export Job's ConfigMap (key ``cw_export.py``), so it mu
 file with no cw imports. The export Job (``cw export RUN``) runs::
 
     python3 /etc/cw/cw_export.py --run-dir /checkpoints/RUN [--checkpoint final|latest|N] [--merge]
-        [--push-to-hub ORG/NAME [--private]] [--overwrite]
+        [--push-to-hub ORG/NAME [--private]] [--to s3://BUCKET/PATH] [--overwrite]
 
 What it exports:
 
@@ -18,9 +18,16 @@ What it exports:
 
 The result goes to ``RUN-DIR/exported/<final|checkpoint-N>[-merged]``, written in a sibling
 folder and renamed into place when complete, with ``export.json`` listing each file's size and
-SHA-256. An existing export is kept unless ``--overwrite``. ``--push-to-hub`` then uploads it
-(``HF_TOKEN`` from the run's Secret). Exit codes: 0 done, 2 nothing to export or a bad choice,
-3 the export exists, 1 anything else (the traceback says what).
+SHA-256. An existing export is kept unless ``--overwrite``: without a destination that is exit 3;
+with one, the finished export is uploaded as it is. ``--push-to-hub`` uploads it to the Hub
+(``HF_TOKEN`` from the run's Secret); ``--to URL`` copies it to object storage through fsspec
+(``s3://`` with s3fs, ``gs://`` with gcsfs, ``az://``/``abfs://`` with adlfs; the export Job
+pip-installs the driver first), with the credentials the driver reads from the environment
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ... from Secrets). Each
+file is streamed from disk (multipart for large ones), its size checked on the far side, and
+``export.json`` goes last: once it is there, the upload is whole. Exit codes: 0 done, 2 nothing
+to export or a bad choice, 3 the export exists, 4 the upload failed or arrived short, 1 anything
+else (the traceback says what).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 _PREFIX = "[cw-export]"
@@ -44,7 +52,15 @@ TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.js
 MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                "special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja",
                "chat_template.json", "preprocessor_config.json", "processor_config.json")  # fmt: skip
-NOTHING, EXISTS = 2, 3
+NOTHING, EXISTS, UPLOAD = 2, 3, 4
+#: fsspec's driver package for each URL scheme ``--to`` takes (the export Job installs it).
+STORAGE_DRIVERS = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
+#: A bucket (or container) name as S3, GCS and Azure all accept it: 3-63 of [a-z0-9.-], no '..'.
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+#: A key segment: printable, no '/', never '.' or '..' (each store treats those differently).
+_SEGMENT = re.compile(r"^[A-Za-z0-9!_.*'()=+,@~-]{1,255}$")
+#: Seconds between progress lines of a long upload.
+PROGRESS_EVERY_S = 30.0
 
 
 class ExportError(Exception):
@@ -57,6 +73,26 @@ class ExportError(Exception):
 
 def say(message: str) -> None:
     print(f"{_PREFIX} {message}", file=sys.stderr, flush=True)
+
+
+def destination_problem(url: str) -> str | None:
+    """What is wrong with a ``--to`` URL (None when it is ``SCHEME://BUCKET[/PATH]`` with a known scheme).
+
+    cw checks the same rules before it creates the Job (``cw_cli/render/export.py``).
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in STORAGE_DRIVERS:
+        return f"expected s3://BUCKET/PATH (or {', '.join(f'{s}://' for s in STORAGE_DRIVERS if s != 's3')})"
+    bucket, _, path = rest.partition("/")
+    if not _BUCKET.match(bucket) or ".." in bucket:
+        return f"bucket {bucket[:70]!r}: 3 to 63 lower-case letters, digits, '.' or '-'"
+    segments = path.rstrip("/").split("/") if path.strip("/") else []
+    for segment in segments:
+        if not _SEGMENT.match(segment) or segment in (".", ".."):
+            return f"path segment {segment[:70]!r}: letters, digits and !_.*'()=+,@~- only, never empty, '.' or '..'"
+    if len(rest) > 900:
+        return "longer than 900 characters"
+    return None
 
 
 def has_model(folder: Path) -> bool:
@@ -146,8 +182,12 @@ def manifest(folder: Path, source: Path, label: str, merged: bool) -> dict:
     return {"source": str(source), "checkpoint": label, "merged": merged, "files": files}
 
 
-def export(run_dir: Path, checkpoint: str, do_merge: bool, overwrite: bool) -> Path:
+def export(run_dir: Path, checkpoint: str, do_merge: bool, overwrite: bool, reuse: bool = False) -> Path:
     """Export one checkpoint of the run in ``run_dir``; returns the finished folder.
+
+    Args:
+        reuse: An earlier export of the same checkpoint and form is returned as it is (for an
+            upload); without it, an existing export is an error unless ``overwrite``.
 
     Raises:
         ExportError: Nothing to export, a merge without an adapter, or an export already there.
@@ -157,6 +197,9 @@ def export(run_dir: Path, checkpoint: str, do_merge: bool, overwrite: bool) -> P
     if do_merge and not adapter:
         raise ExportError(f"{source} holds a full model, not a LoRA adapter: there is nothing to merge; drop --merge")
     dest = run_dir / "exported" / (label + ("-merged" if do_merge else ""))
+    if dest.exists() and not overwrite and reuse and (dest / "export.json").is_file():
+        say(f"{dest} exists already (an earlier export): uploading it as it is")
+        return dest
     if dest.exists() and not overwrite:
         raise ExportError(f"{dest} exists already (an earlier export); --overwrite replaces it", EXISTS)
     work = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
@@ -183,6 +226,74 @@ def push(folder: Path, repo: str, private: bool) -> str:
     return str(url)
 
 
+class _Progress:
+    """One line per file, and one every ``PROGRESS_EVERY_S`` seconds within a long file."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.started, self.last = total, 0, time.monotonic(), time.monotonic()
+
+    def add(self, size: int) -> None:
+        self.done += size
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            self.line()
+
+    def line(self) -> None:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        say(f"uploaded {self.done / 2**20:.0f} of {self.total / 2**20:.0f} MiB in {elapsed:.0f} s "
+            f"({self.done / 2**20 / elapsed:.1f} MiB/s)")  # fmt: skip
+
+
+def upload(folder: Path, url: str) -> str:
+    """Copy the export in ``folder`` to ``url`` (fsspec), each file checked by size on the far side.
+
+    ``export.json`` goes last, so a reader that finds it there finds every file it lists.
+
+    Raises:
+        ExportError: The URL is bad, the driver is missing, or a file arrived short (exit 4).
+    """
+    problem = destination_problem(url)
+    if problem:
+        raise ExportError(f"--to {url[:100]!r}: {problem}")
+    try:
+        import fsspec
+        from fsspec.callbacks import Callback
+    except ImportError:
+        raise ExportError("fsspec is not installed in the export image: pip install fsspec " +
+                          STORAGE_DRIVERS[url.partition("://")[0]], UPLOAD) from None  # fmt: skip
+    try:
+        fs, root = fsspec.core.url_to_fs(url)
+    except ImportError as exc:
+        raise ExportError(f"--to {url}: {exc}", UPLOAD) from None
+    root = root.rstrip("/")
+    listed = json.loads((folder / "export.json").read_text(encoding="utf-8"))["files"]
+    names = sorted(name for name in listed if name != "export.json") + ["export.json"]
+    sizes = {name: (folder / name).stat().st_size for name in names}
+    progress = _Progress(sum(sizes.values()))
+
+    class Reporting(Callback):  # fsspec's own base class: put_file sets its size and value
+        seen = 0
+
+        def call(self, *args: object, **kwargs: object) -> None:
+            progress.add(self.value - self.seen)
+            self.seen = self.value
+
+    say(f"uploading {len(names)} files ({progress.total / 2**20:.1f} MiB) to {url}")
+    for name in names:
+        remote = f"{root}/{name}"
+        try:
+            fs.put_file(str(folder / name), remote, callback=Reporting())
+            arrived = fs.info(remote).get("size")
+        except Exception as exc:  # the driver's own errors (auth, network, quota) end the export here
+            raise ExportError(f"uploading {name} to {url} failed: {type(exc).__name__}: {exc}", UPLOAD) from None
+        if arrived != sizes[name]:
+            raise ExportError(f"{url}/{name} holds {arrived} bytes after the upload, not {sizes[name]}", UPLOAD)
+        say(f"  {name}: {sizes[name]} bytes")
+    progress.line()
+    return f"{url.rstrip('/')}/"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cw_export.py", description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, type=Path)
@@ -190,17 +301,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", action="store_true")
     parser.add_argument("--push-to-hub", metavar="REPO")
     parser.add_argument("--private", action="store_true")
+    parser.add_argument("--to", metavar="URL")
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     if args.checkpoint not in ("final", "latest") and not re.fullmatch(r"[0-9]{1,11}", args.checkpoint):
         say(f"--checkpoint {args.checkpoint!r}: expected final, latest or a step number")
         return NOTHING
+    problem = destination_problem(args.to) if args.to else None
+    if problem:  # before the export: a bad URL costs nothing
+        say(f"--to {args.to[:100]!r}: {problem}")
+        return NOTHING
     try:
-        dest = export(args.run_dir, args.checkpoint, args.merge, args.overwrite)
+        dest = export(args.run_dir, args.checkpoint, args.merge, args.overwrite, reuse=bool(args.to or args.push_to_hub))
+        say(f"exported to {dest}")
+        if args.to:
+            say(f"uploaded to {upload(dest, args.to)}")
     except ExportError as exc:
         say(str(exc))
         return exc.code
-    say(f"exported to {dest}")
     if args.push_to_hub:
         say(f"pushed to {push(dest, args.push_to_hub, args.private)}")
     return 0
