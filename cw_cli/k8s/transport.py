@@ -19,7 +19,8 @@ from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit
 
 from cw_cli import __version__
-from cw_cli.k8s.kubeconfig import Credentials, KubeconfigError, expired, refresh
+from cw_cli.k8s.kubeconfig import MAX_NAMED_FILE_BYTES, Credentials, KubeconfigError, expired, header_problem, refresh
+from cw_cli.plain_files import NotAPlainFile, read_plain_file
 
 #: Methods safe to send again when a kept-alive connection turns out to be closed.
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
@@ -252,8 +253,10 @@ class Transport:
         def read(path: str | None) -> bytes | None:
             if not path:
                 return None
-            with open(path, "rb") as handle:
-                return handle.read()
+            try:  # a FIFO or a device named as a CA or key file would block, or never end
+                return read_plain_file(path, MAX_NAMED_FILE_BYTES)
+            except NotAPlainFile as exc:
+                raise KubeconfigError(f"cannot read {path}, which the kubeconfig names: {exc}") from None
 
         credentials = Credentials(
             server=str(configuration.host).rstrip("/"),
@@ -348,6 +351,10 @@ class Transport:
         headers = {"User-Agent": self._user_agent}
         authorization = self._authorization() if self._authorization else credentials.authorization
         if authorization:
+            problem = header_problem(authorization)  # the official client's token is checked only here
+            if problem:
+                raise KubeconfigError(f"the kubeconfig's credentials give an Authorization header that {problem}; "
+                                      "cw does not send it", hint="check the token the kubeconfig's user gives")  # fmt: skip
             headers["Authorization"] = authorization
         headers.update(extra or {})
         return headers
@@ -391,7 +398,7 @@ class Transport:
         # Header lines a dict cannot hold (one Impersonate-Group line per group), in the order given.
         connection.putrequest(method, target)
         for name, value in [*headers.items(), *repeated]:
-            connection.putheader(name, value)
+            connection.putheader(name, value.encode())  # UTF-8, as kubectl sends a user or group name
         if body is not None:
             connection.putheader("Content-Length", str(len(body)))
         connection.endheaders(body)
