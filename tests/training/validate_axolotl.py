@@ -36,6 +36,10 @@ def validate(path: str, gpus: int) -> dict:
             env_capabilities={"torch_version": "2.7.0"},
         )
         checked = {k: cfg.get(k) for k in ("base_model", "rl", "output_dir", "auto_resume_from_checkpoints")}
+        trl = cfg.get("trl")  # after Axolotl's validators: its defaults filled in (vllm_mode)
+        if trl is not None:
+            checked["trl"] = {k: getattr(trl, k, None) if not isinstance(trl, dict) else trl.get(k)
+                              for k in ("use_vllm", "vllm_mode", "vllm_server_host", "vllm_server_port")}
         return {"ok": True, "path": path, "axolotl": axolotl_version, "checked": checked}
     except Exception as exc:  # noqa: BLE001 - report any validation error
         return {"ok": False, "path": path, "axolotl": axolotl_version, "error": f"{type(exc).__name__}: {exc}"}

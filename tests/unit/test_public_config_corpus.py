@@ -125,10 +125,13 @@ def test_public_config_runs_as_written(entry):
         assert int(server["resources"]["limits"]["nvidia.com/gpu"]) == facts["gpus"]["inference"]
         assert mounted["inference"]["gpus"] == facts["gpus"]["inference"]
     vllm = native.get("vllm") if framework == "axolotl" else None
-    mode = (native.get("trl") or {}).get("vllm_mode") if framework == "axolotl" else None
+    trl_block = (native.get("trl") or {}) if framework == "axolotl" else {}
+    mode = trl_block.get("vllm_mode")
+    if mode is None and trl_block.get("use_vllm") is True:
+        mode = "server"  # Axolotl's own default for use_vllm without vllm_mode (check_vllm_mode_set)
     if entry.get("rl") == "grpo" and mode != "server":
-        # Axolotl forwards an unset vllm_mode, so TRL's default (colocate) generates on the
-        # trainer's GPUs: no server, and the user's generation settings reach TRL unchanged.
+        # Without use_vllm, or with vllm_mode: colocate, the trainer generates on its own GPUs:
+        # no server, and the user's generation settings reach TRL unchanged.
         assert not [m for m in plan.manifests if m["kind"] == "Deployment"]
         assert mounted["trl"] == native["trl"]
     elif entry.get("rl") == "grpo" and isinstance(vllm, dict) and vllm.get("tensor_parallel_size"):

@@ -292,19 +292,40 @@ def _command_for(method: object) -> TrainingType | None:
     return None
 
 
+#: Strings pydantic's lax ``bool`` (Axolotl's ``trl.use_vllm: bool``) reads as true or false.
+_TRUE_WORDS = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE_WORDS = frozenset({"0", "off", "f", "false", "n", "no"})
+
+
+def axolotl_bool(value: object) -> bool | None:
+    """A boolean as Axolotl's schema (pydantic, lax mode) reads it; None when unset or not one
+    (Axolotl then refuses the config, or keeps its default)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, float) and value in (0.0, 1.0):
+        return bool(value)
+    if isinstance(value, str):
+        word = value.strip().lower()
+        return True if word in _TRUE_WORDS else False if word in _FALSE_WORDS else None
+    return None
+
+
 def wants_vllm_server(native: Mapping[str, Any], services: Collection[str]) -> bool:
     """Whether an Axolotl GRPO config generates with a separate `axolotl vllm-serve` server (the
     launch's rule, which the memory estimate follows too).
 
-    Axolotl forwards ``trl.use_vllm`` (default false) and ``trl.vllm_mode`` (unset: TRL's
-    default, colocate) to TRL: a server only for ``vllm_mode: server`` or a ``services.server``
-    of cw's config, never against ``use_vllm: false`` or ``vllm_mode: colocate``.
+    Axolotl's own rule (``GRPOVllmValidationMixin.check_vllm_mode_set``, 0.19): with
+    ``trl.use_vllm`` true and no ``trl.vllm_mode``, the mode is ``server``; it then forwards both
+    to TRL. So a server for ``use_vllm`` true unless ``vllm_mode: colocate``, or for a
+    ``services.server`` of cw's config; never against ``use_vllm: false`` or ``vllm_mode: colocate``.
     """
     trl: dict[str, Any] = native["trl"] if isinstance(native.get("trl"), dict) else {}
-    use_vllm, mode = trl.get("use_vllm"), trl.get("vllm_mode")
+    use_vllm, mode = axolotl_bool(trl.get("use_vllm")), trl.get("vllm_mode")
     if use_vllm is False or mode == "colocate":
         return False
-    return (use_vllm is True and mode == "server") or "server" in services
+    return (use_vllm is True and mode in (None, "server")) or "server" in services
 
 
 def _parallel_product(native: dict[str, Any]) -> tuple[int, list[str]]:

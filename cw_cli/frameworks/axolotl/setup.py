@@ -26,7 +26,7 @@ from cw_cli.estimate.native_setup import (
 from cw_cli.estimate.sharding import Sharding, deepspeed_sharding, fsdp_sharding
 from cw_cli.estimate.values import as_count, as_mapping, as_number, truthy
 from cw_cli.estimate.vllm import VllmSetup
-from cw_cli.frameworks.axolotl import wants_vllm_server
+from cw_cli.frameworks.axolotl import axolotl_bool, wants_vllm_server
 from cw_cli.frameworks.distributed import trainer_world
 
 if TYPE_CHECKING:
@@ -161,7 +161,7 @@ def _axolotl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec
     vllm = as_mapping(native.get("vllm"))
     if wants_vllm_server(native, cluster.services):  # the launch's rule
         return setup, server_vllm(cluster, {k: v for k, v in vllm.items() if v is not None})
-    if trl.get("use_vllm") is not True:
+    if axolotl_bool(trl.get("use_vllm")) is not True:
         notes.append("GRPO without vLLM generates with the trainer's own model (slow; counted as generate's KV cache)")
         return setup, None
     # colocated: Axolotl copies the `vllm:` block's tensor parallelism and memory share to TRL
