@@ -81,31 +81,49 @@ def _refuse(path: Path | str, problem: str, fix: str) -> ConfigError:
     return ConfigError([f"{path}: {problem}"], hint=fix)
 
 
-def _load_json(path: Path) -> dict[str, Any] | None:
-    """A config.json's object; None when it is not one (then the lookup goes on).
+#: Kernel pseudo-filesystems: their "regular files" (size 0) may block on read (/proc/kmsg).
+_PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    """A config.json's object.
 
     Raises:
-        ConfigError: Not a regular file, over :data:`MAX_CONFIG_JSON_BYTES`, or nested too deep
-            for the parser: hostile rather than stale, so never silently passed over.
+        ConfigError: Not a regular file (a device, FIFO, socket or a kernel pseudo-file such as
+            /proc/kmsg, which would block), over :data:`MAX_CONFIG_JSON_BYTES`, not JSON, not an
+            object, or nested too deep for the parser: each names the file, never "not found".
     """
     fix = "give the model's own config.json (re-download it, or fix the model path)"
     try:
         info = os.stat(path)  # stat, not open: a FIFO would block, a device never end
-    except OSError:
-        return None
-    if not stat.S_ISREG(info.st_mode):
-        raise _refuse(path, "not a regular file (a device, FIFO or socket)", fix)
+        resolved = os.path.realpath(path)
+    except (OSError, ValueError) as exc:
+        raise _refuse(path, f"cannot be read ({getattr(exc, 'strerror', None) or exc})", fix) from None
+    if not stat.S_ISREG(info.st_mode) or any(resolved == r or resolved.startswith(r + "/") for r in _PSEUDO_ROOTS):
+        raise _refuse(path, "not a regular file (a device, FIFO, socket or a file of the operating system)", fix)
     if info.st_size > MAX_CONFIG_JSON_BYTES:
         raise _refuse(path, f"is {info.st_size / 2**20:,.1f} MiB, more than a config.json ever is "
                       f"({MAX_CONFIG_JSON_BYTES // 2**20} MiB)", fix)  # fmt: skip
     try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read(MAX_CONFIG_JSON_BYTES + 1))
+        # Non-blocking and bounded: the file may have changed since it was looked at.
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        try:
+            raw = os.read(descriptor, MAX_CONFIG_JSON_BYTES + 1)
+        finally:
+            os.close(descriptor)
+    except OSError as exc:
+        raise _refuse(path, f"cannot be read ({exc.strerror or exc})", fix) from None
+    try:
+        data = json.loads(raw)
     except RecursionError:
         raise _refuse(path, "nested too deep to be a model's config.json", fix) from None
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    except UnicodeDecodeError:
+        raise _refuse(path, "is not UTF-8 text, so not a config.json", fix) from None
+    except ValueError as exc:
+        raise _refuse(path, f"is not valid JSON ({str(exc)[:120]})", fix) from None
+    if not isinstance(data, dict):
+        raise _refuse(path, f"holds a JSON {type(data).__name__}, not the object a config.json is", fix)
+    return data
 
 
 def _dimension_problem(value: Any, least: int, most: int) -> str | None:
@@ -177,11 +195,29 @@ def _from_cache(cache: Path, repo_id: str, revision: str | None) -> Path | None:
     if not snapshots.is_dir():
         return None
     ref = folder / "refs" / (revision or "main")
-    commit = ref.read_text(encoding="utf-8").strip() if ref.is_file() else revision
-    if commit and (snapshots / commit / "config.json").is_file():
+    commit = _ref_commit(ref) or revision
+    if commit and "/" not in commit and _present(snapshots / commit / "config.json"):
         return snapshots / commit / "config.json"
     candidates = [p / "config.json" for p in snapshots.iterdir() if (p / "config.json").is_file()]
     return max(candidates, key=lambda p: p.stat().st_mtime) if candidates else None
+
+
+def _ref_commit(ref: Path) -> str | None:
+    """The commit a cache's ``refs/<revision>`` file names; None when it is not a small regular
+    file of text (never opened when it is a FIFO or a kernel pseudo-file, which may block)."""
+    try:
+        info = os.stat(ref)
+        resolved = os.path.realpath(ref)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > 4096 or resolved.startswith(_PSEUDO_ROOTS):
+            return None
+        descriptor = os.open(ref, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            text = os.read(descriptor, 4096).decode("utf-8", errors="replace").strip()
+        finally:
+            os.close(descriptor)
+    except (OSError, ValueError):
+        return None
+    return text or None
 
 
 def _offline() -> bool:
@@ -205,8 +241,8 @@ def find_model_config(model: str, base_dir: Path | None = None, *, hub: bool = F
         cache_dirs: Caches to search (default :func:`hf_cache_dirs`).
 
     Raises:
-        ConfigError: A config.json found is a device or FIFO, too large, or nested too deep
-            (a file that is merely not JSON is passed over, as if absent).
+        ConfigError: A config.json found is a device, FIFO or kernel pseudo-file, too large, not
+            JSON, not an object or nested too deep: named, never reported as not found.
     """
     looked: list[str] = []
     path = Path(model).expanduser()
@@ -214,17 +250,15 @@ def find_model_config(model: str, base_dir: Path | None = None, *, hub: bool = F
     for candidate in local:
         looked.append(str(candidate))
         config = candidate if candidate.name == "config.json" else candidate / "config.json"
-        if config.is_file():
-            data = _load_json(config)
-            if data is not None:
-                return ModelConfigLookup(data, str(config), tuple(looked))
+        if _present(config):  # a FIFO, a link to /proc/kmsg or a broken file is refused, not passed over
+            return ModelConfigLookup(_load_json(config), str(config), tuple(looked))
     is_repo_id = re.fullmatch(r"[\w.-]+(/[\w.-]+)?", model) is not None and not path.is_absolute()
     if is_repo_id:
         for cache in cache_dirs if cache_dirs is not None else hf_cache_dirs():
             looked.append(str(cache))
             found = _from_cache(Path(cache), model, revision)
-            if found is not None and (data := _load_json(found)) is not None:
-                return ModelConfigLookup(data, str(found), tuple(looked))
+            if found is not None:
+                return ModelConfigLookup(_load_json(found), str(found), tuple(looked))
     why = f"config.json of {model} not found (looked in {', '.join(looked)})"
     if not is_repo_id:
         return ModelConfigLookup(None, None, tuple(looked), f"{why}; a path inside the pods cannot be read from here")
@@ -241,7 +275,12 @@ def find_model_config(model: str, base_dir: Path | None = None, *, hub: bool = F
         downloaded = hf_hub_download(model, "config.json", revision=revision)
     except Exception as exc:  # noqa: BLE001 - any hub failure (network, gated, missing) is a skip, not a crash
         return ModelConfigLookup(None, None, tuple(looked), f"{why}; the hub said: {str(exc).splitlines()[0][:200]}")
-    data = _load_json(Path(downloaded))
-    if data is None:
-        return ModelConfigLookup(None, None, tuple(looked), f"the hub's config.json of {model} is not a JSON object")
-    return ModelConfigLookup(data, f"hub:{model} ({downloaded})", tuple(looked))
+    return ModelConfigLookup(_load_json(Path(downloaded)), f"hub:{model} ({downloaded})", tuple(looked))
+
+
+def _present(path: Path) -> bool:
+    """Whether something is at ``path`` (a broken link too: it is refused rather than skipped)."""
+    try:
+        return os.path.lexists(path) and not os.path.isdir(path)
+    except (OSError, ValueError):
+        return False

@@ -123,12 +123,40 @@ def test_an_oversized_config_json_is_refused_from_its_size(cw, tmp_path):
     _refused(cw("estimate", "trl", "sft", config), "is 17.0 MiB, more than a config.json ever is (16 MiB)")
 
 
-def test_a_fifo_named_config_json_is_passed_over_without_being_opened(cw, tmp_path):
+def test_a_fifo_named_config_json_is_refused_without_being_opened(cw, tmp_path):
     config = _model(tmp_path, "")
     (tmp_path / "model" / "config.json").unlink()
     os.mkfifo(tmp_path / "model" / "config.json")
-    result = cw("estimate", "trl", "sft", config, "-o", "json")
-    assert result.exit_code == 0 and "config.json of" in json.loads(result.stdout)["skipped"], result.output
+    _refused(cw("estimate", "trl", "sft", config, "-o", "json"), "config.json: not a regular file")
+
+
+def test_a_config_json_linked_to_a_kernel_file_is_refused_without_waiting(cw, tmp_path):
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("no /proc here")
+    config = _model(tmp_path, "")
+    (tmp_path / "model" / "config.json").unlink()
+    # /proc/kmsg blocks on read (when readable at all); /proc/self/status is the same kind of file
+    # (a "regular" file of size 0) and is readable by anyone.
+    (tmp_path / "model" / "config.json").symlink_to("/proc/self/status")
+    _refused(cw("estimate", "trl", "sft", config), "config.json: not a regular file")
+    (tmp_path / "model" / "config.json").unlink()
+    (tmp_path / "model" / "config.json").symlink_to("/proc/kmsg")
+    _refused(cw("estimate", "trl", "sft", config), "config.json: not a regular file")
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [('{"hidden_size": ', "is not valid JSON"), ("[1, 2]", "holds a JSON list"), ("\udcff", "is not")],
+)
+def test_a_corrupt_config_json_is_named_not_reported_as_not_found(cw, tmp_path, text, said):
+    config = _model(tmp_path, "")
+    if text == "\udcff":
+        (tmp_path / "model" / "config.json").write_bytes(b"\xff\xfe{}")
+    else:
+        (tmp_path / "model" / "config.json").write_text(text)
+    result = cw("estimate", "trl", "sft", config)
+    _refused(result, said)
+    assert "not found" not in result.output
 
 
 def test_an_unknown_model_type_is_skipped_without_building_a_model(cw, tmp_path, monkeypatch):
