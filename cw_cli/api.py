@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -768,7 +768,8 @@ class Run(Struct):
 
     def export(
         self, *, checkpoint: str = "final", merge: bool = False, push_to_hub: str | None = None, private: bool = False,
-        overwrite: bool = False, gpu: int = 0, cpu: str = "8", memory: str = "64Gi",
+        overwrite: bool = False, gpu: int = 0, cpu: str = "8", memory: str = "64Gi", to: str | None = None,
+        secrets: Sequence[str] = (),
     ) -> Export:  # fmt: skip
         """Start a Job that turns a checkpoint of the run into a model ready to use, on its volume.
 
@@ -782,29 +783,36 @@ class Run(Struct):
             gpu: GPUs for the export pod (merging is CPU work by default).
             cpu: Its CPU request and limit.
             memory: Its memory request and limit (a merge holds the base model in memory).
+            to: Also copy it to object storage (``s3://BUCKET/PATH``, ``gs://``, ``az://``) from the pod.
+            secrets: ``VAR=SECRET[:KEY]``: environment variables of the export pod taken from Secrets
+                (the upload's credentials, e.g. ``AWS_SECRET_ACCESS_KEY=s3-credentials``).
 
         Returns:
             The export, to wait for (``RUN/exported/<final|checkpoint-N>[-merged]`` on the volume).
 
         Raises:
-            ConfigError: A bad choice, outputs on no volume, or ``final`` before the run succeeded.
+            ConfigError: A bad choice, outputs on no volume, ``final`` before the run succeeded, or
+                what the run's folder lacks for the choice (read in a reader pod first).
             NotFound: No such run.
             Conflict: The same export exists already.
         """
         from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
         from cw_cli.k8s.export import create_export, export_facts
-        from cw_cli.render.export import ExportChoice, check_choice
+        from cw_cli.render.export import ExportChoice, check_choice, listing_problems
 
         try:
             cpu, memory = normalize_quantity(cpu, MIN_CPU, "cpu"), normalize_quantity(memory, MIN_MEMORY, "memory")
         except ValueError as exc:
             raise ConfigError([f"--cpu/--memory: {exc}"]) from None
         choice = ExportChoice(checkpoint=str(checkpoint), merge=merge, push_to_hub=push_to_hub, private=private,
-                              overwrite=overwrite, gpu=gpu, cpu=cpu, memory=memory)  # fmt: skip
+                              overwrite=overwrite, gpu=gpu, cpu=cpu, memory=memory, to=to, secrets=tuple(secrets))  # fmt: skip
         problems = check_choice(choice)
         if problems:
             raise ConfigError(problems, hint="cw export --help")
         facts = export_facts(self.session.kube, self.name, choice)
+        problems = listing_problems(choice, self.artifacts())  # what the Job would fail on, before it exists
+        if problems:
+            raise ConfigError(problems, hint=f"`cw artifacts {self.name}` lists what the run left")
         return Export(create_export(self.session.kube, facts, choice), self, facts.run_dir)
 
     def wait_for_servers(self, timeout: float | None = None, progress: Progress = _quiet) -> None:

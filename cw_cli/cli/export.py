@@ -7,6 +7,7 @@ import click
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import context_option, namespace_option, run_argument
 from cw_cli.cli.plain import printable, say
+from cw_cli.errors import ConfigError
 
 
 @click.command("export")
@@ -16,6 +17,10 @@ from cw_cli.cli.plain import printable, say
 @click.option("--merge", is_flag=True, help="Merge a LoRA adapter into its base model.")
 @click.option("--push-to-hub", "push_to_hub", metavar="REPO", help="Also upload it to this Hub repository (the run's HF_TOKEN).")
 @click.option("--private", is_flag=True, help="With --push-to-hub: create the repository private.")
+@click.option("--to", "to", metavar="URL",
+              help="Also copy it to object storage from the pod: s3://BUCKET/PATH (or gs://, az://, abfs://).")
+@click.option("--secret", "secrets", metavar="VAR=SECRET[:KEY]", multiple=True,
+              help="An environment variable of the export pod from a Secret's key (the upload's credentials); repeatable.")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier export of the same checkpoint.")
 @click.option("--gpu", type=int, default=0, show_default=True, help="GPUs for the export pod.")
 @click.option("--cpu", default="8", show_default=True, help="CPU of the export pod.")
@@ -26,18 +31,24 @@ from cw_cli.cli.plain import printable, say
 @context_option
 @handle_errors
 def export_command(
-    run: str, checkpoint: str, merge: bool, push_to_hub: str | None, private: bool, overwrite: bool, gpu: int, cpu: str,
-    memory: str, wait: bool, timeout: float | None, namespace: str | None, context: str | None,
+    run: str, checkpoint: str, merge: bool, push_to_hub: str | None, private: bool, to: str | None,
+    secrets: tuple[str, ...], overwrite: bool, gpu: int, cpu: str, memory: str, wait: bool, timeout: float | None,
+    namespace: str | None, context: str | None,
 ) -> None:  # fmt: skip
     """Export a run's model to RUN/exported/ on its checkpoint volume (merged, or pushed to the Hub)."""
     from cw_cli import api
     from cw_cli.cli.runs import check_run_argument
+    from cw_cli.config.quantity import MAX_DURATION_S
 
     check_run_argument(run)
+    if timeout is not None and not (wait and 0 < timeout <= MAX_DURATION_S):  # checked before any Job exists
+        problem = "--timeout is for --wait" if not wait else f"--timeout {timeout:g}: expected a positive number of seconds, at most a year"
+        raise ConfigError([problem], hint="e.g. --wait --timeout 3600")
     session = api.Session(context=context, namespace=namespace)
     started = session.run(run).export(checkpoint=checkpoint, merge=merge, push_to_hub=push_to_hub, private=private,
-                                      overwrite=overwrite, gpu=gpu, cpu=cpu, memory=memory)  # fmt: skip
-    say(f"export {click.style(started.name, bold=True)} started: {printable(started.run_dir)}/exported/ on the run's volume")
+                                      overwrite=overwrite, gpu=gpu, cpu=cpu, memory=memory, to=to, secrets=secrets)  # fmt: skip
+    say(f"export {click.style(started.name, bold=True)} started: {printable(started.run_dir)}/exported/ on the run's volume"
+        + (f", then {printable(to)}" if to else ""))
     say(f"next: cw logs {run} --role export -f   cw status {run}")
     if wait:
         started.wait(timeout, lambda line: say(f"  {printable(line)}"))

@@ -12,8 +12,14 @@ from cw_cli.render.export import EXPORT_TTL_HOURS, ExportChoice, ExportFacts, ex
 from cw_cli.render.jobset import TRAINER
 from cw_cli.render.workload import owner_kind
 
-#: Environment entries of the trainer the export needs: the Hub token and where the cache is.
-EXPORT_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HOME", "HF_ENDPOINT", "HF_HUB_OFFLINE")
+#: Environment entries of the trainer the export needs: the Hub token and where the cache is, and
+#: the object-storage credentials the fsspec drivers read (a run's ``secrets:`` may give them, as
+#: ``secretKeyRef`` entries: the values never pass through cw). ``--secret`` adds more.
+EXPORT_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HOME", "HF_ENDPOINT", "HF_HUB_OFFLINE",
+              "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION",
+              "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+              "AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY",
+              "AZURE_STORAGE_SAS_TOKEN", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")  # fmt: skip
 
 
 def export_facts(kube: Kube, run_name: str, choice: ExportChoice) -> ExportFacts:

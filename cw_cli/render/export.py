@@ -3,26 +3,39 @@ volume, and the ConfigMap that carries the script.
 
 Built from facts read off the run's trainer (its image, volume claims, the Secrets it reads,
 where it may be scheduled), so the export pod sees the run's folder and credentials as the
-trainer did. Only the run's own names and the validated choices reach the manifests.
+trainer did. Only the run's own names and the validated choices reach the manifests; credentials
+for ``--to`` come from Secrets as ``secretKeyRef`` entries, never as values.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
 from msgspec import Struct, field
 
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT, CONFIG_MOUNT
-from cw_cli.frameworks.runtime_files import EXPORT_FILE, runtime_file
+from cw_cli.frameworks.runtime_files import EXPORT_FILE, PIP_FILE, runtime_file, with_requirements
 from cw_cli.labels import COMPONENT_LABEL, EXPORT, GPU_RESOURCE
 from cw_cli.render.plan import CONTAINER_SECURITY, POD_SECURITY
 from cw_cli.render.templates import render_manifest
 
-#: A Hub repository id: `name` or `org/name` (letters, digits, '-', '_', '.').
-_REPO_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}")
+#: A Hub repository id as huggingface_hub's validate_repo_id accepts it, in ASCII: ``name`` or
+#: ``org/name``, each 1-96 of letters, digits, '-', '_', '.', starting and ending with a letter,
+#: digit or '_'; and never '--', '..' or a '.git' ending (checked beside it).
+_REPO_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+_REPO_ID = re.compile(rf"(?:{_REPO_PART}/)?{_REPO_PART}")
 #: Hours a finished export Job (and its log) is kept.
 EXPORT_TTL_HOURS = 72
+#: fsspec's driver package for each scheme ``--to`` takes (as cw_export.py's STORAGE_DRIVERS).
+STORAGE_DRIVERS = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_SEGMENT = re.compile(r"[A-Za-z0-9!_.*'()=+,@~-]{1,255}")
+#: ``VAR=SECRET`` or ``VAR=SECRET:KEY`` (``--secret``): an environment variable from a Secret's key.
+_SECRET = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,127})=([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)(?::([-._A-Za-z0-9]{1,253}))?")
+#: Longest Job name: its pods carry it in the ``batch.kubernetes.io/job-name`` label (63 at most).
+MAX_JOB_NAME = 63
 
 
 class ExportFacts(Struct, frozen=True):
@@ -66,6 +79,52 @@ class ExportChoice(Struct, frozen=True):
     gpu: int = 0
     cpu: str = "8"
     memory: str = "64Gi"
+    to: str | None = None
+    secrets: tuple[str, ...] = ()
+
+
+def repo_id_problem(repo: str) -> str | None:
+    """Why the Hub would refuse ``repo`` as a repository id (None when huggingface_hub accepts it)."""
+    if not _REPO_ID.fullmatch(repo):
+        return ("expected a Hub repository such as my-org/my-model: 1 to 96 letters, digits, '-', '_' or '.' "
+                "on each side of one '/', starting and ending with a letter or digit")  # fmt: skip
+    if "--" in repo or ".." in repo:
+        return "the Hub refuses '--' and '..' in a repository id"
+    if repo.endswith(".git"):
+        return "the Hub refuses a repository id ending in '.git'"
+    return None
+
+
+def destination_problem(url: str) -> str | None:
+    """Why ``--to URL`` cannot be written to (None for ``SCHEME://BUCKET[/PATH]`` of a known scheme).
+
+    The same rules as cw_export.py's, which checks again in the pod.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in STORAGE_DRIVERS:
+        return f"expected s3://BUCKET/PATH (or {', '.join(f'{s}://' for s in STORAGE_DRIVERS if s != 's3')})"
+    bucket, _, path = rest.partition("/")
+    if not _BUCKET.fullmatch(bucket) or ".." in bucket:
+        return f"bucket {bucket[:70]!r}: 3 to 63 lower-case letters, digits, '.' or '-'"
+    for segment in path.rstrip("/").split("/") if path.strip("/") else []:
+        if not _SEGMENT.fullmatch(segment) or segment in (".", ".."):
+            return f"path segment {segment[:70]!r}: letters, digits and !_.*'()=+,@~- only, never empty, '.' or '..'"
+    if len(rest) > 900:
+        return "longer than 900 characters"
+    return None
+
+
+def secret_refs(choice: ExportChoice) -> dict[str, tuple[str, str]]:
+    """``--secret VAR=SECRET[:KEY]`` as variable -> (Secret, key); the key defaults to the variable.
+
+    Only well-formed entries (:func:`check_choice` names the others).
+    """
+    refs = {}
+    for text in choice.secrets:
+        match = _SECRET.fullmatch(text)
+        if match:
+            refs[match.group(1)] = (match.group(2), match.group(4) or match.group(1))
+    return refs
 
 
 def check_choice(choice: ExportChoice) -> list[str]:
@@ -73,18 +132,46 @@ def check_choice(choice: ExportChoice) -> list[str]:
     problems = []
     if choice.checkpoint not in ("final", "latest") and not re.fullmatch(r"[0-9]{1,11}", choice.checkpoint):
         problems.append(f"--checkpoint {choice.checkpoint[:40]!r}: expected final, latest or a step number such as 500")
-    if choice.push_to_hub is not None and not _REPO_ID.fullmatch(choice.push_to_hub):
-        problems.append(f"--push-to-hub {choice.push_to_hub[:100]!r}: expected a Hub repository such as my-org/my-model")
+    hub, to = choice.push_to_hub, choice.to
+    problem = repo_id_problem(hub) if hub is not None else None
+    if problem:
+        problems.append(f"--push-to-hub {str(hub)[:100]!r}: {problem}")
     if choice.private and choice.push_to_hub is None:
         problems.append("--private is for --push-to-hub")
+    problem = destination_problem(to) if to is not None else None
+    if problem:
+        problems.append(f"--to {str(to)[:100]!r}: {problem}")
+    seen: set[str] = set()
+    for text in choice.secrets:
+        match = _SECRET.fullmatch(text)
+        if not match:
+            problems.append(f"--secret {text[:100]!r}: expected VARIABLE=SECRET or VARIABLE=SECRET:KEY, "
+                            "e.g. AWS_SECRET_ACCESS_KEY=s3-credentials")  # fmt: skip
+        elif match.group(1) in seen:
+            problems.append(f"--secret {match.group(1)}: given twice")
+        else:
+            seen.add(match.group(1))
+    if choice.secrets and not (choice.to or choice.push_to_hub):
+        problems.append("--secret is for --to or --push-to-hub (the credentials of the upload)")
     if not 0 <= choice.gpu <= 64:
         problems.append(f"--gpu {choice.gpu}: expected 0 to 64")
     return problems
 
 
 def export_name(run_name: str, choice: ExportChoice) -> str:
-    """The export Job's name: one per run, checkpoint and form (``RUN-export-final-merged``)."""
-    return f"{run_name}-{EXPORT}-{choice.checkpoint}" + ("-merged" if choice.merge else "")
+    """The export Job's name: one per run, checkpoint, form and destination
+    (``RUN-export-final-merged``, ``RUN-export-500-to-1a2b3c``).
+
+    A name over 63 characters (the longest a Job's pods can carry as a label) is cut and ends with
+    six characters of its SHA-256, so it stays the same for the same export and differs between two.
+    """
+    name = f"{run_name}-{EXPORT}-{choice.checkpoint}" + ("-merged" if choice.merge else "")
+    destination = "\n".join(filter(None, (choice.to, choice.push_to_hub)))
+    if destination:
+        name += "-to-" + hashlib.sha256(destination.encode()).hexdigest()[:6]
+    if len(name) > MAX_JOB_NAME:
+        name = name[: MAX_JOB_NAME - 7].rstrip("-") + "-" + hashlib.sha256(name.encode()).hexdigest()[:6]
+    return name
 
 
 def export_command(facts: ExportFacts, choice: ExportChoice) -> list[str]:
@@ -94,7 +181,27 @@ def export_command(facts: ExportFacts, choice: ExportChoice) -> list[str]:
     command += ["--overwrite"] if choice.overwrite else []
     if choice.push_to_hub:
         command += ["--push-to-hub", choice.push_to_hub, *(["--private"] if choice.private else [])]
-    return command
+    if choice.to:
+        command += ["--to", choice.to]
+    return with_requirements(command, export_requirements(choice))
+
+
+def export_requirements(choice: ExportChoice) -> list[str]:
+    """What the export pod pip-installs first (cw_pip.py skips what the image has): fsspec and the
+    driver of ``--to``'s scheme; nothing without ``--to``."""
+    if not choice.to:
+        return []
+    return ["fsspec", STORAGE_DRIVERS[choice.to.partition("://")[0]]]
+
+
+def export_env(facts: ExportFacts, choice: ExportChoice) -> list[dict[str, Any]]:
+    """The trainer's entries the export takes over, then one ``secretKeyRef`` per ``--secret``
+    (which wins over the trainer's entry of the same name)."""
+    refs = secret_refs(choice)
+    env = [entry for entry in facts.env if entry.get("name") not in refs]
+    env += [{"name": variable, "valueFrom": {"secretKeyRef": {"name": name, "key": key}}}
+            for variable, (name, key) in refs.items()]  # fmt: skip
+    return env
 
 
 def export_manifests(facts: ExportFacts, choice: ExportChoice, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -131,7 +238,7 @@ def export_manifests(facts: ExportFacts, choice: ExportChoice, namespace: str | 
         "image": facts.image,
         "pull_policy": facts.pull_policy,
         "command": export_command(facts, choice),
-        "env": facts.env,
+        "env": export_env(facts, choice),
         "resources": {"requests": dict(limits), "limits": limits},
         "volume_mounts": mounts,
         "volumes": volumes,
@@ -141,6 +248,34 @@ def export_manifests(facts: ExportFacts, choice: ExportChoice, namespace: str | 
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": name, "labels": labels, **({"namespace": namespace} if namespace else {})},
-        "data": {EXPORT_FILE: runtime_file(EXPORT_FILE)},
+        "data": {key: runtime_file(key) for key in (EXPORT_FILE, *([PIP_FILE] if export_requirements(choice) else []))},
     }
     return [job, configmap]
+
+
+def listing_problems(choice: ExportChoice, listing: dict[str, Any]) -> list[str]:
+    """What the run's folder (cw_artifacts.py's listing, read before any Job is created) lacks for
+    ``choice``: the final model, a complete checkpoint, the one asked for, or an adapter to merge."""
+    items = [item for item in listing.get("artifacts") or [] if isinstance(item, dict)]
+    run_dir = str(listing.get("run_dir", "the run's folder"))
+    complete = [item for item in items if item.get("kind") == "checkpoint" and item.get("complete")]
+    there = ", ".join(f"checkpoint {item.get('step')}" for item in complete) or "none"
+    if not listing.get("exists", True):
+        return [f"{run_dir} is not on the run's volume: the trainer saved nothing there"]
+    chosen: dict[str, Any] | None
+    if choice.checkpoint == "final":
+        chosen = next((item for item in items if item.get("kind") == "final"), None)
+        missing = (f"{run_dir} holds no final model (complete checkpoints: {there}); "
+                   "export one with --checkpoint latest or --checkpoint N")  # fmt: skip
+    elif choice.checkpoint == "latest":
+        chosen = complete[-1] if complete else None
+        missing = f"{run_dir} holds no complete checkpoint yet: --checkpoint latest has nothing to export"
+    else:
+        chosen = next((item for item in complete if str(item.get("step")) == str(int(choice.checkpoint))), None)
+        missing = f"{run_dir} has no complete checkpoint-{int(choice.checkpoint)}; complete checkpoints: {there}"
+    if chosen is None:
+        return [missing]
+    if choice.merge and not chosen.get("adapter"):
+        return [f"{chosen.get('path', run_dir)} holds a full model, not a LoRA adapter: there is nothing to merge; "
+                "drop --merge"]  # fmt: skip
+    return []

@@ -38,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
 import time
 from pathlib import Path
@@ -202,7 +203,8 @@ def export(run_dir: Path, checkpoint: str, do_merge: bool, overwrite: bool, reus
         return dest
     if dest.exists() and not overwrite:
         raise ExportError(f"{dest} exists already (an earlier export); --overwrite replaces it", EXISTS)
-    work = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
+    # Two export pods may share the volume, each as pid 1: the host name tells them apart.
+    work = dest.with_name(f".{dest.name}.partial-{socket.gethostname()}-{os.getpid()}")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     if do_merge:
@@ -311,6 +313,16 @@ def main(argv: list[str] | None = None) -> int:
     if problem:  # before the export: a bad URL costs nothing
         say(f"--to {args.to[:100]!r}: {problem}")
         return NOTHING
+    if args.push_to_hub:
+        try:  # the Hub's own rules, before the export (cw checked the same ones before the Job)
+            from huggingface_hub.utils import validate_repo_id
+
+            validate_repo_id(args.push_to_hub)
+        except ImportError:
+            pass  # push() says so
+        except ValueError as exc:  # HFValidationError
+            say(f"--push-to-hub {args.push_to_hub[:100]!r}: {exc}")
+            return NOTHING
     try:
         dest = export(args.run_dir, args.checkpoint, args.merge, args.overwrite, reuse=bool(args.to or args.push_to_hub))
         say(f"exported to {dest}")
