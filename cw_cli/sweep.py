@@ -70,10 +70,51 @@ def parse_flag(assignment: str) -> tuple[str, list[Any]]:
     hint = "e.g. --sweep learning_rate=1e-5,2e-5"
     if not sep or not key or not values.strip():
         raise ConfigError([f"--sweep {_short(assignment)}: expected key=value1,value2,..."], hint=hint)
+    texts = [value.strip() for value in values.split(",")]
+    empty = [str(index + 1) for index, text in enumerate(texts) if not text]
+    if empty:  # `seed=,,,` would be 4 runs of `seed: null`; write null to mean it
+        raise ConfigError(
+            [f"--sweep {_short(assignment)}: value {', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''} "
+             f"of {len(texts)} is empty"],
+            hint=f"{hint} (write `null` for a run without the key's value)",
+        )  # fmt: skip
     try:
-        return key, [parse_scalar(value.strip()) for value in values.split(",")]
+        parsed = [parse_scalar(text) for text in texts]
     except ValueError as exc:
         raise ConfigError([f"--sweep {key[:40]}=...: refused: {exc}"], hint=hint) from None
+    _refuse_repeats(parsed, f"--sweep {key[:40]}", hint)
+    return key, parsed
+
+
+def _shown(value: Any) -> str:
+    """A value as a message quotes it: at most 60 characters."""
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _identity(value: Any) -> str:
+    """A value's identity for finding repeats: its type and its YAML spelling (``1`` and ``1.0``
+    and ``true`` differ, as they do in the config a run gets)."""
+    import json
+
+    return f"{type(value).__name__}:{json.dumps(value, sort_keys=True, default=repr)}"
+
+
+def _refuse_repeats(values: list[Any], where: str, hint: str) -> None:
+    """Refuse a list of sweep values that holds one twice: two runs would be the same run.
+
+    Raises:
+        ConfigError: Naming the repeated value and its positions.
+    """
+    first: dict[str, int] = {}
+    for index, value in enumerate(values):
+        seen = first.setdefault(_identity(value), index)
+        if seen != index:
+            shown = _shown(value)
+            raise ConfigError(
+                [f"{where}: value {index + 1} ({shown}) repeats value {seen + 1}: two runs of the sweep would be the same"],
+                hint=f"give each value once; {hint}",
+            )
 
 
 def _short(text: str) -> str:
@@ -100,6 +141,8 @@ def from_config(block: Any, where: str) -> SweepSpec:
         raise ConfigError([f"{where}: `sweep.grid` must map each key to a non-empty list of values"], hint=hint)
     if not isinstance(variants, list) or not all(isinstance(v, dict) and v for v in variants):
         raise ConfigError([f"{where}: `sweep.variants` must be a list of non-empty mappings"], hint=hint)
+    for key, values in grid.items():
+        _refuse_repeats(values, f"{where}: `sweep.grid.{key}`", hint)
     return SweepSpec(
         grid={str(k): list(v) for k, v in grid.items()}, variants=[dict(v) for v in variants], where=f"{where}: `sweep`"
     )
@@ -154,6 +197,14 @@ def check_size(spec: SweepSpec, sweep_name: str) -> list[dict[str, Any]]:
     points = spec.points()
     if not points:
         raise ConfigError(["the sweep has no runs"], hint="give `grid` values or `variants`")
+    first: dict[str, int] = {}
+    for index, point in enumerate(points):  # a variant may repeat a grid point or another variant
+        seen = first.setdefault(_identity(point), index)
+        if seen != index:
+            raise ConfigError(
+                [f"{spec.where or 'the sweep'}: run {index} ({_shown(point)}) is the same as run {seen}"],
+                hint="drop the repeated variant or value",
+            )
     longest = len(run_names(sweep_name, len(points))[-1])
     if longest > 40:
         raise ConfigError(

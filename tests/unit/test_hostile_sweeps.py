@@ -126,3 +126,43 @@ def test_any_sweep_is_planned_within_the_cap_or_refused(block, flag_values):
             return
     assert 0 < len(points) == _count(spec) <= MAX_RUNS
     assert sweep.run_names("s", len(points))[-1].startswith("s-")
+    # Every run of a sweep differs from the others, as the config it gets (issue 32: `seed=1,1`).
+    configs = [yaml.safe_dump(point, sort_keys=True) for point in points]
+    assert len(set(configs)) == len(configs)
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("seed=,,,", "--sweep 'seed=,,,': value 1, 2, 3, 4 of 4 is empty"),
+        ("seed=1,", "--sweep 'seed=1,': value 2 of 2 is empty"),
+        ("seed=1,1", "--sweep seed: value 2 (1) repeats value 1: two runs of the sweep would be the same"),
+        ("lr=1e-5,2e-5,0.00001", "--sweep lr: value 3 (1e-05) repeats value 1"),
+    ],
+)
+def test_empty_and_repeated_sweep_values_are_refused(flag, message):
+    with pytest.raises(ConfigError) as caught:
+        parse_flag(flag)
+    assert caught.value.issues[0].startswith(message), caught.value.issues
+    assert "null" in caught.value.hint or "once" in caught.value.hint
+
+
+def test_distinct_spellings_of_different_values_are_kept():
+    assert parse_flag("x=1,1.0,true,'1',null") == ("x", [1, 1.0, True, "1", None])
+
+
+def test_a_repeated_grid_value_or_variant_in_a_file_is_refused():
+    with pytest.raises(ConfigError, match=r"s.yaml:9: `sweep.grid.seed`: value 2 \(1\) repeats value 1"):
+        from_config({"grid": {"seed": [1, 1]}}, "s.yaml:9")
+    spec = from_config({"grid": {"seed": [1, 2]}, "variants": [{"seed": 2}]}, "s.yaml:9")
+    with pytest.raises(ConfigError, match=r"run 2 \(\{'seed': 2\}\) is the same as run 1"):
+        check_size(spec, "s")
+
+
+def test_four_identical_runs_are_never_launched_from_the_cli(tmp_path):
+    from cw_cli.cli.app import build_app
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    result = CliRunner().invoke(build_app(builtin_registry()), ["trl", "sft", str(path), "--sweep", "seed=,,,", "--dry-run"])
+    assert result.exit_code == 2 and "is empty" in result.output and "kind: Job" not in result.output
