@@ -204,6 +204,9 @@ class BaseTrainingFramework(ABC):
     #: Native keys whose values are dotted import paths (``rewards.accuracy``); a module of that
     #: name next to the config is shipped and importable in the pods.
     module_keys: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    #: Top-level native keys that count per step (batch sizes, accumulation steps): each must be
+    #: a whole number of at least 1 (a negative batch size launched a run that fails at once).
+    count_keys: ClassVar[tuple[str, ...]] = ()
     #: Native key of the model trained; with the framework and type it identifies a run's
     #: outputs, so a reused run name never resumes from another model's checkpoints.
     model_key: ClassVar[str] = "model_name_or_path"
@@ -325,6 +328,13 @@ class BaseTrainingFramework(ABC):
             if not any(key in native for key in alternatives):
                 wanted = " or ".join(f"`{key}`" for key in alternatives)
                 problems.append(f"missing {wanted} (required by `{self.name} {training_type.value}`)")
+        for key in self.count_keys:
+            problem = _count_problem(native.get(key))
+            if problem is not None:
+                problems.append(f"`{key}: {_short(native[key])}` {problem}")
+        where = _nul_at(native)
+        if where is not None:  # it would reach a server's or trainer's arguments, which cannot hold one
+            problems.append(f"`{where}` holds a NUL character (\\x00), which no argument or config value may hold; remove it")
         return problems
 
     def upgrade_config(self, native: dict[str, Any], training_type: TrainingType) -> tuple[dict[str, Any], list[str]]:
@@ -477,3 +487,49 @@ class BaseTrainingFramework(ABC):
     def services(self, native: dict[str, Any], context: RunContext) -> list[ServiceDef]:
         """Services this type needs before the trainer can start (none by default)."""
         return []
+
+
+def _count_problem(value: Any) -> str | None:
+    """Why a batch size or step count is unusable (None when fine or unset: the default)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            return "must be a whole number, at least 1"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "must be a whole number, at least 1"
+    if isinstance(value, float) and not value.is_integer():
+        return "must be a whole number, at least 1"
+    return None if value >= 1 else "must be at least 1"
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _nul_at(value: Any, path: str = "", depth: int = 0) -> str | None:
+    """The dotted path of the first string (value or key) holding a NUL, or None.
+
+    Bounded: a loaded config is at most 64 levels deep (the loader refuses deeper).
+    """
+    if depth > 100:
+        return None
+    if isinstance(value, str):
+        return (path or "(the config)") if "\0" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            here = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and "\0" in key:
+                return here.replace("\0", "\\x00")
+            found = _nul_at(item, here, depth + 1)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _nul_at(item, f"{path}[{index}]", depth + 1)
+            if found is not None:
+                return found
+    return None

@@ -83,6 +83,7 @@ class AxolotlFramework(BaseTrainingFramework):
     model_key = "base_model"
     model_revision_key = "revision_of_model"
     words = AXOLOTL_WORDS
+    count_keys = ("micro_batch_size", "eval_batch_size", "gradient_accumulation_steps", "batch_size")
     setup_module = "cw_cli.frameworks.axolotl.setup"
 
     def failure_hints(self) -> tuple[FailureHint, ...]:

@@ -102,6 +102,7 @@ class TRLFramework(BaseTrainingFramework):
     entrypoint_resumes = True
     model_revision_key = "model_revision"
     words = TRL_WORDS
+    count_keys = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
     setup_module = "cw_cli.frameworks.trl.setup"
 
     def failure_hints(self) -> tuple[FailureHint, ...]:
