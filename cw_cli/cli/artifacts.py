@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 import click
@@ -33,20 +34,35 @@ def _row(item: dict[str, Any]) -> list[str]:
             _size(int(item["size"])), when, printable(shown), printable(item["path"])]  # fmt: skip
 
 
+def is_local_path(run: str) -> bool:
+    """Whether RUN is a path to a local run's folder rather than a run's name (`cw artifacts
+    ./cw-local/my-sft`): it names a folder and cannot be a run's name."""
+    from cw_cli.render.naming import is_run_name
+
+    return not is_run_name(run) and Path(run).expanduser().is_dir()
+
+
 @click.command("artifacts")
 @run_argument()
+@click.option("--local", is_flag=True,
+              help="RUN is a --local run: its folder ./cw-local/RUN (or RUN is a path to that folder).")
 @namespace_option
 @context_option
 @output_option
 @handle_errors
-def artifacts_command(run: str, namespace: str | None, context: str | None, output: str) -> None:
+def artifacts_command(run: str, local: bool, namespace: str | None, context: str | None, output: str) -> None:
     """List a run's checkpoints, final model and exports on its volume (step, size, time, metrics)."""
     from cw_cli import api
     from cw_cli.cli.runs import check_run_argument
 
     output = check_output(output)
-    check_run_argument(run)
-    listing = api.Session(context=context, namespace=namespace).run(run).artifacts()
+    if local or is_local_path(run):
+        from cw_cli.localrun.artifacts import list_local_artifacts
+
+        listing = list_local_artifacts(run)
+    else:
+        check_run_argument(run)
+        listing = api.Session(context=context, namespace=namespace).run(run).artifacts()
     if output != "table":
         click.echo(dump(listing, output), nl=False)
         return

@@ -235,6 +235,41 @@ def resolve_executable(argv0: str, python: str = sys.executable) -> str:
     return argv0
 
 
+def output_dir_of(config_files: Mapping[str, Path], cwd: Path) -> Path:
+    """The trainer's output folder: the first ``output_dir`` of the written config (relative ones
+    start at the working folder), else the working folder (as cw_cli/k8s/run_facts.py reads it)."""
+    import tomllib
+
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key == "output_dir" and isinstance(item, str) and item:
+                    found.append(item)
+                walk(item)
+
+    for key, loader in (("config.yaml", yaml.safe_load), ("config.toml", tomllib.loads)):
+        path = config_files.get(key)
+        try:
+            if path is not None:
+                walk(loader(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, yaml.YAMLError):
+            continue
+    return cwd / found[0] if found else cwd
+
+
+def write_run_record(checkpoint_dir: Path, cwd: Path, config_files: Mapping[str, Path]) -> None:
+    """``<checkpoint_dir>/.cw-local-run.json``: where the run's outputs go, for `cw artifacts --local`
+    and `cw download --local` (cw_cli/localrun/artifacts.py); only a folder inside ``checkpoint_dir``."""
+    import json
+
+    output = Path(os.path.normpath(output_dir_of(config_files, cwd)))
+    if output.is_relative_to(checkpoint_dir):
+        record = {"run_dir": output.relative_to(checkpoint_dir).as_posix() or "."}
+        (checkpoint_dir / ".cw-local-run.json").write_text(json.dumps(record) + "\n", encoding="utf-8")
+
+
 # --------------------------------------------------------------------------- the runner
 
 
@@ -360,6 +395,7 @@ class LocalRunner:
         cwd = Path(container["workingDir"]) if container.get("workingDir") else self.workdir
         cwd = Path(map_paths(str(cwd), mounts))
         cwd.mkdir(parents=True, exist_ok=True)  # the container runtime creates a missing workingDir too
+        write_run_record(self.checkpoint_dir, cwd, files)
         self._prepared = LocalRun(
             command=command,
             env=env,
