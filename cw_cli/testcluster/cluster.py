@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 import yaml
 from msgspec import Struct, field
 from msgspec.structs import asdict
@@ -25,6 +26,7 @@ from msgspec.structs import asdict
 from cw_cli.errors import ClusterUnreachable, CwError
 from cw_cli.k8s.kubeconfig import KubeconfigError
 from cw_cli.labels import GPU_RESOURCE
+from cw_cli.plain_files import read_plain_file
 
 from . import api, argv, controllers, jobset, kueue, procs
 from .build import Binaries, binary_paths, ensure_binaries, missing_components
@@ -139,9 +141,11 @@ def _tail(path: str | Path, n: int = 8) -> str:
 
 
 def _load_info(state: Path) -> ClusterInfo | None:
+    """The cluster's record, or None when there is none or it is not one `up` wrote (corrupt,
+    fields of the wrong type, not a regular file): `status` and `down` then go by the pid records."""
     try:
-        return ClusterInfo(**json.loads((state / STATE_FILE).read_text()))
-    except (OSError, ValueError, TypeError):
+        return msgspec.json.decode(read_plain_file(state / STATE_FILE, 2**20), type=ClusterInfo)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return None
 
 

@@ -12,8 +12,11 @@ import signal
 import time
 from pathlib import Path
 
+import msgspec
 from msgspec import Struct
 from msgspec.structs import asdict
+
+from cw_cli.plain_files import read_plain_file
 
 
 class ProcRecord(Struct, frozen=True):
@@ -76,17 +79,30 @@ def spawn(name: str, argv: list[str], log_path: Path, pid_dir: Path,
     return rec
 
 
+#: The largest pid Linux gives (pid_max is at most 2**22).
+_MAX_PID = 2**22
+#: The largest process record read (one is about 200 bytes).
+_MAX_RECORD_BYTES = 64 * 1024
+
+
+def read_record(path: Path) -> ProcRecord | None:
+    """One process record, or None when it is not one `spawn` wrote: unreadable, not a regular
+    file, not JSON, a field of the wrong type, or a pid no process can have (a corrupt record must
+    neither crash `cw cluster status/down` nor make them signal another process)."""
+    try:
+        record = msgspec.json.decode(read_plain_file(path, _MAX_RECORD_BYTES), type=ProcRecord)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if not 0 < record.pid <= _MAX_PID or record.start_time < 0:
+        return None
+    return record
+
+
 def load_records(pid_dir: Path) -> list[ProcRecord]:
-    """All process records of a state dir (unreadable files are skipped)."""
-    out: list[ProcRecord] = []
+    """All process records of a state dir (unreadable or corrupt files are skipped, see :func:`read_record`)."""
     if not pid_dir.is_dir():
-        return out
-    for p in sorted(pid_dir.glob("*.json")):
-        try:
-            out.append(ProcRecord(**json.loads(p.read_text())))
-        except (ValueError, TypeError):
-            continue
-    return out
+        return []
+    return [record for p in sorted(pid_dir.glob("*.json")) if (record := read_record(p)) is not None]
 
 
 def stop(rec: ProcRecord, timeout: float = 10.0) -> str:
