@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from msgspec import Struct, field
 from msgspec.structs import asdict, replace
 
+from cw_cli.config.local_files import check_shippable
+from cw_cli.errors import ConfigError
 from cw_cli.estimate.gpu_memory import GpuChoice, resolve_gpu_memory
 from cw_cli.estimate.gpus import parse_memory
 from cw_cli.estimate.model_config import check_model_config, find_model_config
@@ -247,6 +249,23 @@ def _setup_dict(setup: TrainingSetup | None) -> dict[str, Any] | None:
     return data
 
 
+def _check_listed_files(cluster: ClusterSpec, base_dir: Path | None) -> None:
+    """Refuse the ``files:`` a launch would refuse (missing, a folder, a FIFO, /proc/kmsg, over
+    1 MiB), from their metadata alone.
+
+    Raises:
+        ConfigError: One line per file, as a launch says it.
+    """
+    problems = []
+    for relative in cluster.files:
+        try:
+            check_shippable((base_dir or Path.cwd()) / Path(relative).expanduser(), "`files`")
+        except ValueError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ConfigError(problems)
+
+
 def estimate_run(
     framework: DescribesTraining,
     training_type: str | TrainingType,
@@ -291,6 +310,7 @@ def estimate_run(
             dimension no model has (``num_hidden_layers: 1e12``, zero heads, a list).
     """
     kind = TrainingType(getattr(training_type, "value", training_type))
+    _check_listed_files(cluster, base_dir)  # what a launch refuses, an estimate refuses
     roles = (VLLM,) if services_only else (TRAINER, VLLM)
     base = RunEstimate(framework.name, kind.value, None, roles=roles)
     if gpu_memory is not None and gpu_memory != "":

@@ -34,6 +34,26 @@ def generate_run_name(framework: str, training_type: str, stem: str = "") -> str
     return f"{base}-{suffix}"
 
 
+#: A namespace name as the API server takes it (a DNS-1123 label; the k8s layer checks the same).
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def validate_namespace(namespace: str) -> str:
+    """Check a namespace written into the manifests (``--namespace``), as a launch does: a dry run
+    never prints manifests in a namespace no cluster can have.
+
+    Raises:
+        ConfigError: Not a DNS-1123 label of at most 63 characters.
+    """
+    if _NAMESPACE.fullmatch(namespace):
+        return namespace
+    shown = namespace if len(namespace) <= 70 and namespace.isprintable() else repr(namespace[:70])
+    raise ConfigError(
+        [f"--namespace {shown}: not a valid namespace name (at most 63 lower-case letters, digits or '-')"],
+        hint=f"try --namespace {sanitize(namespace)[:63].rstrip('-') or 'default'}",
+    )
+
+
 def is_run_name(name: str) -> bool:
     """Whether ``name`` can be a run's name (what :func:`validate_run_name` accepts)."""
     return len(name) <= MAX_RUN_NAME and bool(_LABEL.fullmatch(name))

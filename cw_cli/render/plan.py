@@ -74,6 +74,7 @@ from cw_cli.render.keeper import (
     keeper_subjects,
     token_volume,
 )
+from cw_cli.render.naming import validate_namespace
 from cw_cli.render.outputs import place_outputs
 from cw_cli.render.shipped_files import (
     ShippedFile,
@@ -443,6 +444,8 @@ def build_plan(request: RunRequest) -> Plan:
         TemplateError: A template is broken.
     """
     cluster = request.config.cluster
+    if request.namespace is not None:
+        validate_namespace(request.namespace)  # as a launch: a dry run prints nothing it would refuse
     context = RunContext(
         run_name=request.run_name,
         training_type=request.training_type,

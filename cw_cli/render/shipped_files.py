@@ -20,11 +20,10 @@ from typing import Any
 
 from msgspec import Struct
 
+from cw_cli.config.local_files import CONFIGMAP_LIMIT, check_shippable
 from cw_cli.frameworks.base import CONFIG_MOUNT
 from cw_cli.render.folder_walk import FolderTooDeep, walk_files
 
-#: The API server refuses a ConfigMap whose keys plus values exceed this (data and binaryData).
-CONFIGMAP_LIMIT = 1024 * 1024
 SHIPPED_FOLDER = "files"
 #: A key-path element that stands for every item of a list.
 EACH = "*"
@@ -111,26 +110,14 @@ def _volume_hint(setting: str) -> str:
 
 
 def _read_small(path: Path, what: str) -> bytes:
-    """The bytes of a regular file of at most :data:`CONFIGMAP_LIMIT`, checked before reading.
+    """The bytes of a regular file of at most :data:`CONFIGMAP_LIMIT`, checked before reading
+    (:func:`~cw_cli.config.local_files.check_shippable`, which an estimate applies too).
 
     Raises:
         ValueError: Missing, a folder, not a regular file (a FIFO would block, a device never
-            ends), or over the limit; ``what`` names the setting in the message.
+            ends), a file of the operating system, or over the limit; ``what`` names the setting.
     """
-    try:
-        info = os.stat(path)  # stat, not open: opening a FIFO blocks
-    except FileNotFoundError:
-        raise ValueError(f"{what}: {path} does not exist (paths are relative to the config file)") from None
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{what}: {path} cannot be read ({exc})") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise ValueError(f"{what}: {path} is a folder; list its files")
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError(f"{what}: {path} is not a regular file (a device, FIFO or socket)")
-    if info.st_size > CONFIGMAP_LIMIT:
-        raise ValueError(
-            f"{what}: {path} is {_mib(info.st_size)}, over the 1 MiB a ConfigMap holds; {_volume_hint('use')}"
-        )
+    check_shippable(path, what)
     content = read_without_waiting(path, what)
     if len(content) > CONFIGMAP_LIMIT:
         raise ValueError(f"{what}: {path} is over the 1 MiB a ConfigMap holds; {_volume_hint('use')}")

@@ -72,3 +72,50 @@ def test_an_estimate_refuses_what_a_launch_refuses(tmp_path):
     config = write_config(tmp_path, {**TRL, "per_device_train_batch_size": -4})
     result = CliRunner().invoke(build_app(builtin_registry()), ["estimate", "trl", "sft", str(config), "--gpu-memory", "80GB"])
     assert result.exit_code == 2 and "`per_device_train_batch_size: -4` must be at least 1" in result.output
+
+
+# A dry run and an estimate refuse what a launch refuses (issue 32 item 7).
+
+
+def _cli(*args: str):
+    from click.testing import CliRunner
+    from unit_helpers import builtin_registry
+
+    from cw_cli.cli.app import build_app
+
+    return CliRunner().invoke(build_app(builtin_registry()), list(args))
+
+
+@pytest.mark.parametrize("listed", ["/proc/self/status", "/dev/null", "missing.py", "folder"])
+def test_an_estimate_refuses_the_files_a_launch_refuses(tmp_path, monkeypatch, listed):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "folder").mkdir()
+    config = write_config(tmp_path, {**TRL, "files": [listed]})
+    launch = _cli("trl", "sft", str(config), "--dry-run")
+    estimate = _cli("estimate", "trl", "sft", str(config), "--gpu-memory", "80GB")
+    assert launch.exit_code == estimate.exit_code == 2, (launch.output, estimate.output)
+    said = launch.output.split("`files`: ", 1)[1].splitlines()[0]
+    assert said in estimate.output
+
+
+def test_an_estimate_refuses_a_fifo_in_files_without_opening_it(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    os.mkfifo(tmp_path / "pipe.py")
+    result = _cli("estimate", "trl", "sft", str(write_config(tmp_path, {**TRL, "files": ["pipe.py"]})))
+    assert result.exit_code == 2 and "is not a regular file" in result.output
+
+
+@pytest.mark.parametrize("namespace", ["../..", "Team-A", "a" * 64, "x/y", "-a"])
+def test_a_dry_run_refuses_a_namespace_a_launch_refuses(tmp_path, monkeypatch, namespace):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    result = _cli("trl", "sft", str(write_config(tmp_path, TRL)), "--dry-run", "-n", namespace)
+    assert result.exit_code == 2 and "not a valid namespace name" in result.output
+    assert "kind: Job" not in result.output
+
+
+def test_a_dry_run_in_a_good_namespace_writes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    result = _cli("trl", "sft", str(write_config(tmp_path, TRL)), "--dry-run", "-n", "team-a")
+    assert result.exit_code == 0 and "namespace: team-a" in result.output
