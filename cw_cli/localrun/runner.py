@@ -270,6 +270,46 @@ def write_run_record(checkpoint_dir: Path, cwd: Path, config_files: Mapping[str,
         (checkpoint_dir / ".cw-local-run.json").write_text(json.dumps(record) + "\n", encoding="utf-8")
 
 
+#: The package that installs a program a trainer command runs, for the install hint.
+PROGRAM_PACKAGES = {
+    "trl": "trl",
+    "accelerate": "accelerate",
+    "axolotl": "axolotl",
+    "vf-rl": "verifiers",
+    "vf-vllm": "verifiers",
+    "vf-train": "verifiers",
+    "torchrun": "torch",
+    "deepspeed": "deepspeed",
+}
+
+
+def trainer_program(command: list[str]) -> str:
+    """The program a trainer command runs: after cw's entrypoint (``python cw_entrypoint.py ...
+    -- trl sft ...``) the one it execs, else the command's own first word."""
+    if len(command) > 2 and command[1].endswith("cw_entrypoint.py") and "--" in command[2:]:
+        rest = command[command.index("--", 2) + 1 :]
+        if rest:
+            return rest[0]
+    return command[0]
+
+
+def check_installed(command: list[str], path: str, python: str = sys.executable) -> None:
+    """Refuse to start a trainer whose program is not installed here, saying how to install it
+    (else cw's entrypoint would fail with a traceback of its own).
+
+    Raises:
+        LocalRunError: The program is found neither next to ``python`` nor on ``path``.
+    """
+    program = trainer_program(command)
+    found = program if "/" in program else resolve_executable(program, python)
+    if ("/" in found and os.access(found, os.X_OK) and Path(found).is_file()) or shutil.which(found, path=path):
+        return
+    package = PROGRAM_PACKAGES.get(program)
+    how = (f"install it in the environment cw runs from: `{Path(python).parent / 'pip'} install {package}`"
+           if package else "install the package that provides it in the environment cw runs from")  # fmt: skip
+    raise LocalRunError(f"the trainer runs `{program}`, which is not installed here (looked next to {python} and on PATH); {how}")
+
+
 # --------------------------------------------------------------------------- the runner
 
 
@@ -319,7 +359,7 @@ class LocalRunner:
         extra_env: Mapping[str, str] | None = None,
         inherit_env: bool = True,
         cpu_only: bool = False,
-        python: str = sys.executable,
+        python: str | None = None,
     ) -> None:
         self.manifests = [dict(m) for m in manifests]
         self.checkpoint_dir = Path(checkpoint_dir).expanduser().resolve()
@@ -329,7 +369,7 @@ class LocalRunner:
         self.extra_env = dict(extra_env or {})
         self.inherit_env = inherit_env
         self.cpu_only = cpu_only
-        self.python = python
+        self.python = python or sys.executable  # read now: a test may stand in another interpreter
         self.process: subprocess.Popen[str] | None = None
         self.returncode: int | None = None
         self._prepared: LocalRun | None = None
@@ -392,6 +432,7 @@ class LocalRunner:
         kube_env = {**cenv, **self.extra_env}  # the kubelet expands $(VAR) from the container's env only
         command = [map_paths(expand_vars(arg, kube_env), mounts) for arg in container_command(container)]
         command[0] = resolve_executable(command[0], self.python)
+        check_installed(command, env.get("PATH", ""), self.python)
         cwd = Path(container["workingDir"]) if container.get("workingDir") else self.workdir
         cwd = Path(map_paths(str(cwd), mounts))
         cwd.mkdir(parents=True, exist_ok=True)  # the container runtime creates a missing workingDir too
