@@ -8,14 +8,14 @@ import click
 
 from cw_cli.cli.artifacts import is_local_path
 from cw_cli.cli.errors import handle_errors
-from cw_cli.cli.options import context_option, namespace_option, run_argument
+from cw_cli.cli.options import checkpoint_form, context_option, namespace_option, run_argument
 from cw_cli.cli.plain import printable, say
 
 
 @click.command("download")
 @run_argument()
 @click.argument("dest", type=click.Path(path_type=Path))
-@click.option("--checkpoint", default="final", show_default=True,
+@click.option("--checkpoint", default="final", show_default=True, callback=checkpoint_form,
               help="final, latest (the newest complete checkpoint), a step number, or export:NAME.")
 @click.option("--local", is_flag=True, help="RUN is a --local run: its folder ./cw-local/RUN (or a path to it).")
 @namespace_option

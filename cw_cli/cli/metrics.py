@@ -175,6 +175,8 @@ def metrics_command(
 
     if output not in OUTPUTS:
         raise ConfigError([f"-o {output!r}: expected table, json or csv"])
+    if rank is not None and rank < 0:  # as `cw logs`: the user's value (exit 2), before any run is looked for
+        raise ConfigError([f"--rank {rank}: expected 0 or more"])
     if follow and (len(runs) != 1 or Path(runs[0]).expanduser().exists()):
         raise ConfigError(["--follow reads one run on the cluster"], hint="give a single run name")
     asked = list(metric or [])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -83,3 +84,38 @@ def complete_run(ctx: click.Context, param: click.Parameter, incomplete: str) ->
 def run_argument(required: bool = True) -> Callable[[F], F]:
     """The RUN argument of status, logs and delete: completes run names."""
     return click.argument("run", metavar="RUN", required=required, shell_complete=complete_run)
+
+
+#: What ``--checkpoint`` may name (download, serve, try): final, latest, a step number, or
+#: ``export:NAME`` (a folder of ``RUN/exported``, so one path component).
+_CHECKPOINT_FORM = re.compile(r"final|latest|[0-9]{1,11}|export:(?!\.\.?$)[^/\x00-\x1f\x7f]{1,200}")
+
+
+def checkpoint_form(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Click callback: refuse a ``--checkpoint`` of the wrong form while the flags are parsed
+    (exit 2), before any cluster is asked; whether the run has it is the cluster's to say.
+
+    Raises:
+        click.BadParameter: Not final, latest, a step number or export:NAME.
+    """
+    if not _CHECKPOINT_FORM.fullmatch(value):
+        raise click.BadParameter(f"{value[:40]!r}: expected final, latest, a step number or export:NAME")
+    return value
+
+
+def duration_form(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback: refuse a duration flag (``--ttl``) that is not one (``90m``, ``6h``, ``2d``;
+    at most a year) while the flags are parsed (exit 2), before any cluster is asked.
+
+    Raises:
+        click.BadParameter: Not a duration, or longer than a year.
+    """
+    if value is None:
+        return None
+    from cw_cli.config.quantity import parse_duration
+
+    try:
+        parse_duration(value, f"--{param.name}")
+    except ConfigError as exc:
+        raise click.BadParameter(exc.message.removeprefix(f"--{param.name} ")) from None
+    return value

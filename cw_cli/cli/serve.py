@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from cw_cli.cli.errors import handle_errors
-from cw_cli.cli.options import context_option, namespace_option, run_argument
+from cw_cli.cli.options import checkpoint_form, context_option, duration_form, namespace_option, run_argument
 from cw_cli.cli.plain import printable, say
 from cw_cli.errors import ExitCode
 
@@ -14,8 +14,9 @@ _CHECKPOINT_HELP = "final, latest, a step number, or export:NAME (e.g. export:fi
 
 @click.command("serve")
 @run_argument()
-@click.option("--checkpoint", default="final", show_default=True, help=_CHECKPOINT_HELP)
-@click.option("--ttl", default="2h", show_default=True, help="How long the server lives (the kubelet ends it then).")
+@click.option("--checkpoint", default="final", show_default=True, callback=checkpoint_form, help=_CHECKPOINT_HELP)
+@click.option("--ttl", default="2h", show_default=True, callback=duration_form,
+              help="How long the server lives (the kubelet ends it then).")
 @click.option("--gpu", type=int, default=1, show_default=True, help="GPUs of the server.")
 @click.option("--forward", "forward_port", type=click.IntRange(0, 65535), metavar="PORT",
               help="Stay, and make the server reachable on 127.0.0.1:PORT (0: any free port) until Ctrl-C.")
@@ -56,7 +57,7 @@ def serve_command(
 @click.command("try")
 @run_argument()
 @click.argument("question")
-@click.option("--checkpoint", default="final", show_default=True, help=_CHECKPOINT_HELP)
+@click.option("--checkpoint", default="final", show_default=True, callback=checkpoint_form, help=_CHECKPOINT_HELP)
 @click.option("--gpu", type=int, default=1, show_default=True, help="GPUs of the server.")
 @click.option("--max-tokens", type=click.IntRange(1, 32768), default=256, show_default=True, help="Longest answer.")
 @click.option("--timeout", type=click.FloatRange(1, 86400), default=900, show_default=True,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cw_cli.errors import ConfigError, NotFound
 from cw_cli.metrics.parse import MAX_RECORD_CHARS, RecordParser, RunMetrics, records_from_log_history
+from cw_cli.plain_files import pseudo_file
 
 if TYPE_CHECKING:
     pass
@@ -63,8 +64,8 @@ def newest_trainer_state(folder: Path) -> Path | None:
 def check_regular_file(path: Path, limit: int) -> None:
     """Refuse, from ``stat`` alone, what cannot be read as a file of at most ``limit`` bytes.
 
-    Opening a FIFO blocks until a writer comes and a device such as ``/dev/zero`` never ends,
-    so neither is opened.
+    Opening a FIFO blocks until a writer comes, a device such as ``/dev/zero`` never ends, and
+    the files of ``/proc`` and ``/sys`` look regular but may block (``/proc/kmsg``): none is opened.
 
     Raises:
         NotFound: Nothing is at ``path``.
@@ -79,6 +80,9 @@ def check_regular_file(path: Path, limit: int) -> None:
         raise ConfigError([f"{path}: cannot read it ({exc})"], hint=_SOURCE_HINT) from None
     if not stat.S_ISREG(info.st_mode):
         raise ConfigError([f"{path}: cannot read it: not a regular file (a device, FIFO or socket)"], hint=_SOURCE_HINT)
+    resolved = pseudo_file(path)
+    if resolved is not None:  # "regular" with size 0: /proc/kmsg blocks on read, others describe this machine
+        raise ConfigError([f"{path}: cannot read it: a file of the operating system ({resolved}), not a log"], hint=_SOURCE_HINT)
     if info.st_size > limit:
         raise ConfigError(
             [f"{path}: is {info.st_size / 2**20:,.1f} MiB, more than the {limit / 2**20:,.0f} MiB cw metrics reads"],
