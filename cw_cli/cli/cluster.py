@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from cw_cli.cli.errors import handle_errors
-from cw_cli.cli.output import err
+from cw_cli.cli.heartbeat import Heartbeat
 from cw_cli.cli.output import out as _out
 
 
@@ -43,10 +43,10 @@ def up_cmd(
     from cw_cli import testcluster as lc
 
     try:
-        with err().status("starting the test cluster ...") as spinner:
+        with Heartbeat("starting the test cluster") as beat:  # a cold build takes minutes: alive on a pipe too
             info = lc.up(state_dir=state_dir, kubeconfig=kubeconfig, gpu_nodes=nodes,
                          cpu_nodes=cpu_nodes, build=build, timeout=timeout, kueue=kueue,
-                         on_progress=lambda m: spinner.update(m + " ..."))
+                         on_progress=beat.stage)
     except KeyboardInterrupt:
         raise lc.TestClusterError("interrupted", hint="run `cw cluster down` to clean up") from None
     out = _out()
@@ -67,8 +67,8 @@ def build_cmd(force: bool) -> None:
     """Build the missing cluster binaries into the cache (needs Go; cold: tens of minutes)."""
     from cw_cli import testcluster as lc
 
-    with err().status("checking binaries ...") as spinner:
-        bins = lc.ensure_binaries(force=force, on_build_start=lambda c: spinner.update(f"building {c} ..."))
+    with Heartbeat("checking binaries") as beat:
+        bins = lc.ensure_binaries(force=force, on_build_start=lambda c: beat.stage(f"building {c} (cold: minutes)"))
     out = _out()
     if bins.built:
         times = ", ".join(f"{c} {s:.0f}s" for c, s in bins.seconds.items())

@@ -51,5 +51,8 @@ def export_command(
         + (f", then {printable(to)}" if to else ""))
     say(f"next: cw logs {run} --role export -f   cw status {run}")
     if wait:
-        started.wait(timeout, lambda line: say(f"  {printable(line)}"))
+        from cw_cli.cli.heartbeat import Heartbeat
+
+        with Heartbeat(f"waiting for export {started.name}") as beat:  # a line every 30 s on a pipe: not a hang
+            started.wait(timeout, lambda line: beat.note(f"  {printable(line)}"))
         say(f"export {started.name} succeeded", fg="green")
