@@ -15,10 +15,11 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cw_cli.config.local_files import check_shippable
 from cw_cli.frameworks.base import CONFIG_MOUNT
 from cw_cli.frameworks.runtime_files import CODE_FILE
 from cw_cli.render.folder_walk import FolderTooDeep, walk_files
-from cw_cli.render.shipped_files import CONFIGMAP_LIMIT, PSEUDO_ROOTS, ShippedFile, read_nonblocking
+from cw_cli.render.shipped_files import CONFIGMAP_LIMIT, PSEUDO_ROOTS, ShippedFile, read_nonblocking, read_without_waiting
 from cw_cli.types import CODE_MOUNT
 
 if TYPE_CHECKING:
@@ -141,11 +142,13 @@ def shipped_code(cluster: ClusterSpec, base_dir: Path) -> tuple[list[ShippedFile
             notices.append(f"`script`: {script} is looked for in that commit when the pod starts (not checked here)")
     elif script is not None:
         local = base_dir / script
-        if not local.is_file():
+        if not os.path.lexists(local):
             raise ValueError(f"`script`: {local} does not exist (relative to the config file, or to `code` when set)")
-        if local.stat().st_size > CONFIGMAP_LIMIT:
+        check_shippable(local, "`script`")  # never opens a FIFO, a device or /proc/kmsg
+        content = read_without_waiting(local, "`script`")
+        if len(content) > CONFIGMAP_LIMIT:
             raise ValueError(f"`script`: {local} is over the 1 MiB a ConfigMap holds; ship it with `code`")
-        files.append(ShippedFile(key=local.name, path=local.name, content=local.read_bytes()))
+        files.append(ShippedFile(key=local.name, path=local.name, content=content))
     return files, notices
 
 

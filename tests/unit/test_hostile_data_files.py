@@ -265,3 +265,17 @@ def test_fuzz_any_folder_layout_ends_in_columns_a_notice_or_a_refusal(tmp_path, 
         dataset_check.check_datasets(needs, tmp_path)
     except ValueError as exc:
         assert str(exc).startswith("`dataset_name`: "), str(exc)[:300]
+
+
+@pytest.mark.parametrize("target", ["/proc/self/status", "/dev/zero", "fifo"])
+def test_a_script_that_is_not_a_plain_file_is_refused_without_being_read(tmp_path, target):
+    if target == "fifo":
+        os.mkfifo(tmp_path / "pipe")
+        target = str(tmp_path / "pipe")
+    elif not os.path.exists(target):
+        pytest.skip(f"no {target} here")
+    (tmp_path / "train.py").symlink_to(target)
+    with pytest.raises(ConfigError) as info:
+        plan_for("trl", "sft", write_config(tmp_path, {**MODEL, "dataset_name": "trl-lib/Capybara", "script": "train.py"}))
+    text = "\n".join(info.value.issues)
+    assert "`script`: " in text and ("not a regular file" in text or "file of the operating system" in text), text
