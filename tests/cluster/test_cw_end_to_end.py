@@ -46,6 +46,30 @@ def write_config(tmp_path: Path, data: dict, name: str = "run.yaml") -> Path:
     return path
 
 
+def completed_job(api: client.ApiClient, namespace: str, name: str, timeout: float = 60) -> client.V1Job:
+    """The Job once its terminal ``Complete`` condition is set, to read its counts.
+
+    `cw --wait` ends at ``SuccessCriteriaMet``, which the Job controller sets one status update
+    before the one that moves the pod from ``uncountedTerminatedPods`` into ``status.succeeded``
+    and adds ``Complete`` (20 ms apart on an idle machine, seconds under load: the test that read
+    ``succeeded`` at once failed once in a full suite run). So the counts are read after the event
+    they follow, not right after cw returns.
+    """
+    batch = client.BatchV1Api(api)
+
+    def complete() -> client.V1Job | None:
+        job = batch.read_namespaced_job(name, namespace)
+        return job if any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or []) else None
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = complete()
+        if job is not None:
+            return job
+        time.sleep(0.25)
+    raise AssertionError(f"Job {name} not Complete after {timeout} s: {batch.read_namespaced_job(name, namespace).status}")
+
+
 def run_objects(api: client.ApiClient, namespace: str, run: str) -> list[str]:
     """Every object of a run still on the cluster (pods included)."""
     selector = f"cw-cli.dev/run={run}"
@@ -64,7 +88,7 @@ def test_sft_with_4_gpus_waits_until_the_job_completes(kube_api, namespace, cw_e
     assert result.returncode == 0, result.stderr
     assert "succeeded" in result.stderr
 
-    job = client.BatchV1Api(kube_api).read_namespaced_job("sft-four-trainer", namespace)
+    job = completed_job(kube_api, namespace, "sft-four-trainer")
     assert job.status.succeeded == 1
     pods = client.CoreV1Api(kube_api).list_namespaced_pod(namespace, label_selector="job-name=sft-four-trainer").items
     assert len(pods) == 1
@@ -120,8 +144,8 @@ def test_multi_service_trainer_waits_in_the_cluster_for_its_services(kube_api, n
         cw_env, "trl", "grpo", str(config), "--name", "grpo-full", "-n", namespace, "--wait", "--timeout", "900", timeout=180
     )
     assert result.returncode == 0, result.stderr
-    apps, batch = client.AppsV1Api(kube_api), client.BatchV1Api(kube_api)
-    job = batch.read_namespaced_job("grpo-full-trainer", namespace)
+    apps = client.AppsV1Api(kube_api)
+    job = completed_job(kube_api, namespace, "grpo-full-trainer")
     assert job.status.succeeded == 1
     # The trainer needs no cw to wait: one init container per server polls the server's Service
     # until it answers, and gives up at the launch's --timeout (KWOK runs no container, so the
@@ -371,8 +395,8 @@ def test_verifiers_run_reaches_its_server_and_weight_sync_port_through_the_servi
     config = write_config(tmp_path, {k: v for k, v in data.items() if v is not None})
     result = run_cw(cw_env, "verifiers", "grpo", str(config), "--name", "vf", "-n", namespace, "--wait", timeout=180)
     assert result.returncode == 0, result.stderr
-    core, batch = client.CoreV1Api(kube_api), client.BatchV1Api(kube_api)
-    assert batch.read_namespaced_job("vf-trainer", namespace).status.succeeded == 1
+    core = client.CoreV1Api(kube_api)
+    assert completed_job(kube_api, namespace, "vf-trainer").status.succeeded == 1
     service = core.read_namespaced_service("vf-server", namespace)
     ports = {p.name: (p.port, p.target_port) for p in service.spec.ports}
     assert ports["weight-sync"] == (51216, 51216)
@@ -416,8 +440,8 @@ def test_volumes_working_dir_and_shipped_files_are_accepted_and_scheduled(kube_a
     assert result.returncode == 0, result.stderr
     assert "ships data with the run as /etc/cw/files/data" in result.stderr
 
-    core, batch = client.CoreV1Api(kube_api), client.BatchV1Api(kube_api)
-    assert batch.read_namespaced_job("vol-trainer", namespace).status.succeeded == 1
+    core = client.CoreV1Api(kube_api)
+    assert completed_job(kube_api, namespace, "vol-trainer").status.succeeded == 1
     for claim in ("ckpts", "datasets", "hf-cache"):
         assert core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase == "Bound"
     trainer_pod = core.list_namespaced_pod(namespace, label_selector="job-name=vol-trainer").items[0]
@@ -451,7 +475,7 @@ def test_readme_quick_start_runs_on_the_checkpoint_volume_cw_cluster_up_creates(
     try:
         result = run_cw(cw_env, "trl", "sft", str(config), "--gpu", "4", "--wait", "--name", name, "-n", "default")
         assert result.returncode == 0, result.stderr
-        job = client.BatchV1Api(kube_api).read_namespaced_job(f"{name}-trainer", "default")
+        job = completed_job(kube_api, "default", f"{name}-trainer")
         assert job.status.succeeded == 1
         volumes = {v.name: v for v in job.spec.template.spec.volumes}
         assert volumes["checkpoints"].persistent_volume_claim.claim_name == "checkpoints"
@@ -482,7 +506,7 @@ def test_a_grpo_run_is_admitted_under_pod_security_baseline_and_deleted_whole(ku
     config = write_config(tmp_path, {**GRPO_CONFIG, "services": {"server": {"gpu": 1}, "reward": {"model": "/checkpoints/rm", "gpu": 1}}})
     result = run_cw(cw_env, "trl", "grpo", str(config), "--name", "psa", "-n", namespace, "--wait", timeout=180)
     assert result.returncode == 0, result.stderr
-    assert client.BatchV1Api(kube_api).read_namespaced_job("psa-trainer", namespace).status.succeeded == 1
+    assert completed_job(kube_api, namespace, "psa-trainer").status.succeeded == 1
     rbac, net = client.RbacAuthorizationV1Api(kube_api), client.NetworkingV1Api(kube_api)
     assert rbac.read_namespaced_role_binding("psa-keeper", namespace).subjects[0].namespace == namespace
     assert net.read_namespaced_network_policy("psa-network", namespace).spec.policy_types == ["Ingress"]
