@@ -36,3 +36,35 @@ def test_cw_acts_as_the_impersonated_user_and_groups(kube_cluster, kube_api, nam
     _kubeconfig_as(kube_cluster.kubeconfig, grouped, **{"as": "alice", "as-groups": ["devs", "cw-readers"]})
     allowed = run_cw({**cw_env, "KUBECONFIG": str(grouped)}, "list", "-n", namespace)
     assert allowed.returncode == 0, allowed.stderr  # the second group line made her a reader
+
+
+def test_a_non_ascii_user_and_group_reach_rbac_as_kubectl_sends_them(kube_cluster, kube_api, namespace, cw_env, tmp_path):
+    """Go's client sends header values as UTF-8 bytes; http.client would send Latin-1 (or fail on
+    anything beyond it), which the API server reads as another name."""
+    rbac = client.RbacAuthorizationV1Api(kube_api)
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": "readers"}, "rules": [
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]}]})  # fmt: skip
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "readers"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "readers"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "lecteurs-é"}],
+    })  # fmt: skip
+    config = tmp_path / "zoe.kubeconfig"
+    _kubeconfig_as(kube_cluster.kubeconfig, config, **{"as": "zoé-用户", "as-groups": ["lecteurs-é"]})
+    allowed = run_cw({**cw_env, "KUBECONFIG": str(config)}, "list", "-n", namespace)
+    assert allowed.returncode == 0, allowed.stderr
+    alone = tmp_path / "zoe-alone.kubeconfig"
+    _kubeconfig_as(kube_cluster.kubeconfig, alone, **{"as": "zoé-用户"})
+    refused = run_cw({**cw_env, "KUBECONFIG": str(alone)}, "list", "-n", namespace)
+    assert refused.returncode == 7 and "zoé-用户" in refused.stderr, refused.stderr  # the server names her as written
+
+
+def test_a_token_with_a_line_break_never_reaches_the_api_server(kube_cluster, namespace, cw_env, tmp_path):
+    config = yaml.safe_load(kube_cluster.kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": "abc\r\n\tImpersonate-User: system:admin"}
+    path = tmp_path / "injected.kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    refused = run_cw({**cw_env, "KUBECONFIG": str(path)}, "list", "-n", namespace)
+    assert refused.returncode == 3, refused.stderr
+    assert "token holds a line break" in refused.stderr and "Traceback" not in refused.stderr
