@@ -39,9 +39,11 @@ def _route_exec(api: client.ApiClient, namespace: str, pod: str, folder: Path) -
     )  # fmt: skip
 
 
-def test_artifacts_lists_checkpoints_the_final_model_and_exports(kube_api, namespace, cw_env, tmp_path):
+def test_artifacts_lists_checkpoints_the_final_model_and_exports(kube_api, namespace, as_documented_roles, tmp_path):
+    # As a user bound to the shipped Roles only (docs/rbac-*.yaml): one launches, one uses the model.
+    launcher, cw_env = as_documented_roles("read-only", "launch"), as_documented_roles("read-only", "after-training")
     create_bound_volumes(kube_api, namespace, "ckpts")
-    launched = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, KEPT)), "--name", "arts", "-n", namespace,
+    launched = run_cw(launcher, "trl", "sft", str(write_config(tmp_path, KEPT)), "--name", "arts", "-n", namespace,
                       "--wait", timeout=180)  # fmt: skip
     assert launched.returncode == 0, launched.stderr
     _volume(tmp_path / "volume")
@@ -68,8 +70,10 @@ def test_artifacts_lists_checkpoints_the_final_model_and_exports(kube_api, names
     assert "checkpoint" in table.stdout and "loss 1.25" in table.stdout and "final" in table.stdout
 
 
-def test_a_run_without_a_volume_has_no_artifacts(kube_api, namespace, cw_env, tmp_path):
-    launched = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, SFT_CONFIG)), "--name", "novol", "-n", namespace)
+def test_a_run_without_a_volume_has_no_artifacts(kube_api, namespace, as_documented_roles, tmp_path):
+    # As a user bound to the shipped Roles only (docs/rbac-*.yaml): one launches, one uses the model.
+    launcher, cw_env = as_documented_roles("read-only", "launch"), as_documented_roles("read-only", "after-training")
+    launched = run_cw(launcher, "trl", "sft", str(write_config(tmp_path, SFT_CONFIG)), "--name", "novol", "-n", namespace)
     assert launched.returncode == 0, launched.stderr
     result = run_cw(cw_env, "artifacts", "novol", "-n", namespace)
     assert result.returncode == 2 and "kept its outputs on no volume" in result.stderr

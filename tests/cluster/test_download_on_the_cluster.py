@@ -26,8 +26,10 @@ def _launch(api: client.ApiClient, namespace: str, env: dict[str, str], tmp_path
     return big
 
 
-def test_a_checkpoint_arrives_verified_and_an_interrupted_download_goes_on(kube_api, namespace, cw_env, tmp_path):
-    big = _launch(kube_api, namespace, cw_env, tmp_path)
+def test_a_checkpoint_arrives_verified_and_an_interrupted_download_goes_on(kube_api, namespace, as_documented_roles, tmp_path):
+    # As a user bound to the shipped Roles only (docs/rbac-*.yaml): one launches, one uses the model.
+    launcher, cw_env = as_documented_roles("read-only", "launch"), as_documented_roles("read-only", "after-training")
+    big = _launch(kube_api, namespace, launcher, tmp_path)
     dest = tmp_path / "here"
     done = run_cw(cw_env, "download", "arts", str(dest), "--checkpoint", "latest", "-n", namespace, timeout=180)
     assert done.returncode == 0, done.stderr
@@ -48,8 +50,10 @@ def test_a_checkpoint_arrives_verified_and_an_interrupted_download_goes_on(kube_
     assert not list(dest.glob("*.partial"))
 
 
-def test_what_cannot_be_downloaded_is_refused_and_writes_nothing(kube_api, namespace, cw_env, tmp_path):
-    _launch(kube_api, namespace, cw_env, tmp_path)
+def test_what_cannot_be_downloaded_is_refused_and_writes_nothing(kube_api, namespace, as_documented_roles, tmp_path):
+    # As a user bound to the shipped Roles only (docs/rbac-*.yaml): one launches, one uses the model.
+    launcher, cw_env = as_documented_roles("read-only", "launch"), as_documented_roles("read-only", "after-training")
+    _launch(kube_api, namespace, launcher, tmp_path)
     other = tmp_path / "taken"
     other.mkdir()
     (other / "mine.txt").write_text("keep")

@@ -39,10 +39,12 @@ def _folder(volume: Path, run: str, *, adapter: bool = False, steps: tuple[int, 
             (run_dir / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "tiny", "r": 8}))
 
 
-def test_a_finished_run_is_exported_merged_by_a_job_that_takes_over_its_volume(kube_api, namespace, cw_env, tmp_path):
+def test_a_finished_run_is_exported_merged_by_a_job_that_takes_over_its_volume(kube_api, namespace, as_documented_roles, tmp_path):
+    # As a user bound to the shipped Roles only (docs/rbac-*.yaml): one launches, one uses the model.
+    launcher, cw_env = as_documented_roles("read-only", "launch"), as_documented_roles("read-only", "after-training")
     create_bound_volumes(kube_api, namespace, "ckpts", "hf-cache")
     _secret(kube_api, namespace)
-    launched = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, KEPT)), "--name", "ex", "-n", namespace, "--wait",
+    launched = run_cw(launcher, "trl", "sft", str(write_config(tmp_path, KEPT)), "--name", "ex", "-n", namespace, "--wait",
                       timeout=180)  # fmt: skip
     assert launched.returncode == 0, launched.stderr
     _folder(tmp_path / "volume", "ex", adapter=True)
@@ -77,8 +79,10 @@ def test_a_finished_run_is_exported_merged_by_a_job_that_takes_over_its_volume(k
     assert again.returncode == 5 and "exists already" in again.stderr
 
 
-def test_what_cannot_be_exported_is_refused_before_anything_is_created(kube_api, namespace, cw_env, tmp_path):
-    launched = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, SFT_CONFIG)), "--name", "scratch", "-n", namespace)
+def test_what_cannot_be_exported_is_refused_before_anything_is_created(kube_api, namespace, as_documented_roles, tmp_path):
+    # As a user bound to the shipped Roles only (docs/rbac-*.yaml): one launches, one uses the model.
+    launcher, cw_env = as_documented_roles("read-only", "launch"), as_documented_roles("read-only", "after-training")
+    launched = run_cw(launcher, "trl", "sft", str(write_config(tmp_path, SFT_CONFIG)), "--name", "scratch", "-n", namespace)
     assert launched.returncode == 0, launched.stderr
     cases = [
         (["export", "scratch"], 2, "kept its outputs on no volume"),
@@ -97,11 +101,13 @@ def test_what_cannot_be_exported_is_refused_before_anything_is_created(kube_api,
     assert jobs == ["scratch-trainer"]
 
 
-def test_final_is_refused_while_the_run_trains_and_latest_is_offered(kube_api, namespace, cw_env, tmp_path):
+def test_final_is_refused_while_the_run_trains_and_latest_is_offered(kube_api, namespace, as_documented_roles, tmp_path):
+    # As a user bound to the shipped Roles only (docs/rbac-*.yaml): one launches, one uses the model.
+    launcher, cw_env = as_documented_roles("read-only", "launch"), as_documented_roles("read-only", "after-training")
     create_bound_volumes(kube_api, namespace, "ckpts", "hf-cache")
     _secret(kube_api, namespace)
     slow = {**KEPT, "annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "300s"}}
-    launched = run_cw(cw_env, "trl", "sft", str(write_config(tmp_path, slow)), "--name", "busy", "-n", namespace)
+    launched = run_cw(launcher, "trl", "sft", str(write_config(tmp_path, slow)), "--name", "busy", "-n", namespace)
     assert launched.returncode == 0, launched.stderr
     refused = run_cw(cw_env, "export", "busy", "-n", namespace)
     assert refused.returncode == 2 and "it has no final model yet" in refused.stderr

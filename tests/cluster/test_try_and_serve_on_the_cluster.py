@@ -66,9 +66,11 @@ def _route_port_forward(api: client.ApiClient, namespace: str, port: int) -> Non
     )  # fmt: skip
 
 
-def test_try_asks_the_runs_model_through_a_port_forward_and_removes_the_server(kube_api, namespace, cw_env, tmp_path,
+def test_try_asks_the_runs_model_through_a_port_forward_and_removes_the_server(kube_api, namespace, as_documented_roles, tmp_path,
                                                                                chat_server):  # fmt: skip
-    _launch(kube_api, namespace, cw_env, tmp_path)
+    # As a user bound to the shipped Roles only (docs/rbac-*.yaml): one launches, one uses the model.
+    launcher, cw_env = as_documented_roles("read-only", "launch"), as_documented_roles("read-only", "after-training")
+    _launch(kube_api, namespace, launcher, tmp_path)
     _route_port_forward(kube_api, namespace, chat_server.server_address[1])
     result = run_cw(cw_env, "try", "arts", "what is two plus two?", "--checkpoint", "export:final-merged", "--gpu", "0",
                     "--timeout", "120", "-n", namespace, timeout=240)  # fmt: skip
@@ -81,8 +83,10 @@ def test_try_asks_the_runs_model_through_a_port_forward_and_removes_the_server(k
     assert all(pod.metadata.deletion_timestamp is not None for pod in servers.items)
 
 
-def test_serve_starts_a_server_that_ends_at_its_lifetime(kube_api, namespace, cw_env, tmp_path):
-    _launch(kube_api, namespace, cw_env, tmp_path)
+def test_serve_starts_a_server_that_ends_at_its_lifetime(kube_api, namespace, as_documented_roles, tmp_path):
+    # As a user bound to the shipped Roles only (docs/rbac-*.yaml): one launches, one uses the model.
+    launcher, cw_env = as_documented_roles("read-only", "launch"), as_documented_roles("read-only", "after-training")
+    _launch(kube_api, namespace, launcher, tmp_path)
     started = run_cw(cw_env, "serve", "arts", "--ttl", "2h", "--gpu", "0", "-n", namespace, timeout=180)
     assert started.returncode == 0, started.stderr
     assert f"kubectl port-forward -n {namespace} svc/arts-serve 8000:8000" in started.stderr
@@ -99,9 +103,11 @@ def test_serve_starts_a_server_that_ends_at_its_lifetime(kube_api, namespace, cw
     assert run_cw(cw_env, "serve", "arts", "--checkpoint", "77", "-n", namespace, timeout=180).returncode == 2
 
 
-def test_serve_forward_makes_the_server_reachable_here_until_ctrl_c(kube_api, namespace, cw_env, tmp_path, chat_server):
+def test_serve_forward_makes_the_server_reachable_here_until_ctrl_c(kube_api, namespace, as_documented_roles, tmp_path, chat_server):
     """`cw serve --forward 0`: each local connection is a port-forward through the API server (kwok
     routes it to the stand-in server); Ctrl-C stops forwarding, exit 130, the server lives on."""
+    # As a user bound to the shipped Roles only (docs/rbac-*.yaml): one launches, one uses the model.
+    launcher, cw_env = as_documented_roles("read-only", "launch"), as_documented_roles("read-only", "after-training")
     import os
     import re
     import signal
@@ -110,7 +116,7 @@ def test_serve_forward_makes_the_server_reachable_here_until_ctrl_c(kube_api, na
     import sys
     import urllib.request
 
-    _launch(kube_api, namespace, cw_env, tmp_path)
+    _launch(kube_api, namespace, launcher, tmp_path)
     _route_port_forward(kube_api, namespace, chat_server.server_address[1])
     process = subprocess.Popen(
         [sys.executable, "-m", "cw_cli", "serve", "arts", "--gpu", "0", "--forward", "0", "--timeout", "120",
