@@ -663,11 +663,8 @@ class Run(Struct):
             ConfigError: The run kept its outputs on no volume.
         """
         from cw_cli.k8s.artifacts import read_artifacts
-        from cw_cli.k8s.connection import ClusterTarget
 
-        target = ClusterTarget(context=self.session.context, namespace=self.session.namespace,
-                               kubeconfig=self.session.kubeconfig)  # fmt: skip
-        return read_artifacts(self.session.kube, target, self.name)
+        return read_artifacts(self.session.kube, self.name)
 
     def download(
         self, dest: str | Path, *, checkpoint: str = "final", started: Callable[[int, int], None] | None = None,
@@ -688,12 +685,10 @@ class Run(Struct):
             ConfigError: Nothing of that name, or a checkpoint still being written.
             Conflict: ``dest`` holds other files.
         """
-        from cw_cli.k8s.connection import ClusterTarget
-        from cw_cli.k8s.download import download
+        from cw_cli.k8s.download import check_destination, download
 
-        target = ClusterTarget(context=self.session.context, namespace=self.session.namespace,
-                               kubeconfig=self.session.kubeconfig)  # fmt: skip
-        return download(self.session.kube, target, self.name, str(checkpoint), Path(dest).expanduser(),
+        check_destination(Path(dest))  # a bad destination is the user's (exit 2), before the cluster is asked
+        return download(self.session.kube, self.name, str(checkpoint), Path(dest).expanduser(),
                         started or (lambda total, have: None), progress or (lambda size: None))  # fmt: skip
 
     def serve(self, *, checkpoint: str = "final", ttl: str = "2h", gpu: int = 1) -> str:
@@ -710,7 +705,23 @@ class Run(Struct):
 
         if not 0 <= gpu <= 64:
             raise ConfigError([f"--gpu {gpu}: expected 0 to 64"])
-        return start_server(self.session.kube, self._target(), self.name, str(checkpoint), parse_duration(ttl, "--ttl"), gpu)
+        return start_server(self.session.kube, self.name, str(checkpoint), parse_duration(ttl, "--ttl"), gpu)
+
+    def server_manifests(self, *, checkpoint: str = "final", ttl: str = "2h", gpu: int = 1) -> list[dict[str, Any]]:
+        """The server Pod and Service :meth:`serve` would create (``cw serve --dry-run``), created
+        nowhere; what the run left is read in a reader pod, as :meth:`artifacts` does.
+
+        Raises:
+            NotFound: No such run, or its volume is gone.
+            ConfigError: No such model, an adapter the server cannot load, a bad ``ttl`` or ``gpu``.
+        """
+        from cw_cli.config.quantity import parse_duration
+        from cw_cli.k8s.serving import server_manifests
+
+        if not 0 <= gpu <= 64:
+            raise ConfigError([f"--gpu {gpu}: expected 0 to 64"])
+        lifetime = parse_duration(ttl, "--ttl")
+        return server_manifests(self.session.kube, self.name, str(checkpoint), lifetime, gpu)
 
     def try_(self, question: str, *, checkpoint: str = "final", gpu: int = 1, max_tokens: int = 256,
              timeout: float = 900, progress: Progress = _quiet) -> str:  # fmt: skip
@@ -728,7 +739,7 @@ class Run(Struct):
         try:
             progress(f"server {name} started; waiting until it is Ready")
             wait_ready(self.session.kube, name, timeout)
-            return ask(self._target(), self.session.namespace, name, self.name, question, max_tokens)
+            return ask(self.session.kube, name, self.name, question, max_tokens)
         finally:
             stop_server(self.session.kube, name)
 
@@ -758,13 +769,7 @@ class Run(Struct):
         name = f"{self.name}-{SERVE}"
         progress(f"waiting until server {name} is Ready")
         wait_ready(self.session.kube, name, timeout)
-        forward(self._target(), self.session.namespace, name, local_port, stop or threading.Event(), listening)
-
-    def _target(self) -> Any:
-        from cw_cli.k8s.connection import ClusterTarget
-
-        return ClusterTarget(context=self.session.context, namespace=self.session.namespace,
-                             kubeconfig=self.session.kubeconfig)  # fmt: skip
+        forward(self.session.kube, name, local_port, stop or threading.Event(), listening)
 
     def export(
         self, *, checkpoint: str = "final", merge: bool = False, push_to_hub: str | None = None, private: bool = False,

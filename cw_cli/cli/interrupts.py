@@ -68,3 +68,23 @@ def interrupt_within(seconds: float, farewell: str) -> Iterator[None]:
         done.set()
         signal.set_wakeup_fd(previous)
         writer.close()  # the watchdog reads the end of the stream and closes its side
+
+
+@contextmanager
+def termination_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a closed terminal, a CI job cancelled) act like Ctrl-C while inside: a
+    launch rolls back, a download or `cw try` removes its helper pod, and the exit code is 130."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    saved = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is not None:
+            saved[number] = signal.signal(number, interrupt)
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -216,8 +215,10 @@ def _sweep(
         _print_notices(verdict)
         return
     assert session is not None
+    from cw_cli.cli.interrupts import termination_as_interrupt
+
     say(f"sweep {click.style(planned.name, bold=True)}: {len(planned.runs)} runs in namespace {session.namespace} ({session.kube.host})")
-    with _termination_as_interrupt():
+    with termination_as_interrupt():
         runs = session.submit_sweep(
             planned, resume=resume_sweep, progress=lambda line: say(f"  {printable(line, lines=True)}"),
             check_memory=True, force=memory.force, gpu_memory=memory.gpu_memory,
@@ -270,7 +271,7 @@ def _apply(
     services_only: bool,
     memory: MemoryCheck,
 ) -> None:
-    from cw_cli.cli.interrupts import interrupt_within
+    from cw_cli.cli.interrupts import interrupt_within, termination_as_interrupt
 
     plan = planned.plan
 
@@ -284,7 +285,7 @@ def _apply(
     say(f"run {click.style(plan.run_name, bold=True)} in namespace {session.namespace} ({session.kube.host})")
     for line in verdict:
         progress(line)
-    with _termination_as_interrupt():
+    with termination_as_interrupt():
         run = session.submit(planned, server_dry_run=server_dry_run, progress=progress)
         result = run.launch
         assert result is not None
@@ -312,23 +313,3 @@ def _apply(
             raise Interrupted(
                 stopped, hint=f"cw status {plan.run_name} to follow it, cw delete {plan.run_name} to stop it"
             ) from None
-
-
-@contextmanager
-def _termination_as_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP (a closed terminal, a CI job cancelled) act like Ctrl-C: a launch rolls back."""
-    import signal
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    saved = {}
-    for name in ("SIGTERM", "SIGHUP"):
-        number = getattr(signal, name, None)
-        if number is not None:
-            saved[number] = signal.signal(number, interrupt)
-    try:
-        yield
-    finally:
-        for number, handler in saved.items():
-            signal.signal(number, handler)

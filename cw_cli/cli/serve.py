@@ -7,8 +7,12 @@ import click
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import checkpoint_form, context_option, duration_form, namespace_option, run_argument
 from cw_cli.cli.plain import printable, say
-from cw_cli.errors import ExitCode
+from cw_cli.errors import CwError, ExitCode
 
+SERVE_DRY_RUN_HEADER = (
+    "# cw serve --dry-run: the server's Pod and Service, created nowhere (cw read the run's volume\n"
+    "# in a reader pod to choose the model; `cw serve` also makes the Pod the Service's owner).\n"
+)
 _CHECKPOINT_HELP = "final, latest, a step number, or export:NAME (e.g. export:final-merged)."
 
 
@@ -22,12 +26,14 @@ _CHECKPOINT_HELP = "final, latest, a step number, or export:NAME (e.g. export:fi
               help="Stay, and make the server reachable on 127.0.0.1:PORT (0: any free port) until Ctrl-C.")
 @click.option("--timeout", type=click.FloatRange(1, 86400), default=900, show_default=True,
               help="With --forward: seconds to wait for the server to be Ready.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the server's Pod and Service instead of creating them (the run's volume is still read).")
 @namespace_option
 @context_option
 @handle_errors
 def serve_command(
-    run: str, checkpoint: str, ttl: str, gpu: int, forward_port: int | None, timeout: float, namespace: str | None,
-    context: str | None,
+    run: str, checkpoint: str, ttl: str, gpu: int, forward_port: int | None, timeout: float, dry_run: bool,
+    namespace: str | None, context: str | None,
 ) -> None:  # fmt: skip
     """Serve a run's model with vLLM for a while, reachable through the API server."""
     from cw_cli import api
@@ -35,6 +41,14 @@ def serve_command(
 
     check_run_argument(run)
     session = api.Session(context=context, namespace=namespace)
+    if dry_run:
+        from cw_cli.render.helper_pods import manifests_yaml
+
+        manifests = session.run(run).server_manifests(checkpoint=checkpoint, ttl=ttl, gpu=gpu)
+        click.echo(SERVE_DRY_RUN_HEADER + manifests_yaml(manifests), nl=False)
+        return
+    if forward_port:
+        _check_port_free(forward_port)  # before the server exists: it would live its whole lifetime for nothing
     name = session.run(run).serve(checkpoint=checkpoint, ttl=ttl, gpu=gpu)
     say(f"server {click.style(name, bold=True)} starting (ends after {printable(ttl)}; sooner: kubectl delete pod {name})")
     if forward_port is None:
@@ -71,11 +85,24 @@ def try_command(
 ) -> None:  # fmt: skip
     """Ask a run's model one question (a vLLM server is started on it, asked and stopped)."""
     from cw_cli import api
+    from cw_cli.cli.interrupts import termination_as_interrupt
     from cw_cli.cli.runs import check_run_argument
 
     check_run_argument(run)
-    answer = api.Session(context=context, namespace=namespace).run(run).try_(
-        question, checkpoint=checkpoint, gpu=gpu, max_tokens=max_tokens, timeout=timeout,
-        progress=lambda line: say(printable(line)),
-    )  # fmt: skip
+    with termination_as_interrupt():  # the server is stopped on the way out, whatever ends cw
+        answer = api.Session(context=context, namespace=namespace).run(run).try_(
+            question, checkpoint=checkpoint, gpu=gpu, max_tokens=max_tokens, timeout=timeout,
+            progress=lambda line: say(printable(line)),
+        )  # fmt: skip
     click.echo(printable(answer, lines=True))
+
+
+def _check_port_free(port: int) -> None:
+    """Refuse a local port that is taken (exit 2), before anything is started."""
+    import socket
+
+    try:
+        socket.create_server(("127.0.0.1", port)).close()
+    except OSError as exc:
+        raise CwError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}",
+                      hint="choose another port with --forward PORT (0: any free one)") from None  # fmt: skip

@@ -1,8 +1,9 @@
 """`cw artifacts RUN`: what a run left on its checkpoint volume, read through the API server.
 
-A short-lived reader pod mounts the run's claim read-only (never assuming the volume is mounted
-here), cw runs cw_artifacts.py in it by exec, and deletes the pod; the pod ends by itself after
-:data:`READER_DEADLINE_S` should cw be stopped first.
+A short-lived reader pod (render/helper_pods.py: a small Python image, no GPU, Pod Security
+"restricted") mounts the run's claim read-only (never assuming the volume is mounted here), cw
+runs cw_artifacts.py in it by exec, and deletes the pod; the pod ends by itself after
+``READER_DEADLINE_S`` should cw be stopped first.
 """
 
 from __future__ import annotations
@@ -18,60 +19,31 @@ from msgspec import Struct
 from cw_cli.errors import ConfigError, CwError, NotFound, WaitTimeout
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.frameworks.runtime_files import ARTIFACTS_FILE, runtime_file
-from cw_cli.k8s.connection import ClusterTarget, Kube
-from cw_cli.k8s.pod_exec import ExecResult, exec_in_pod
+from cw_cli.k8s.channels import ExecResult, exec_in_pod
+from cw_cli.k8s.connection import Kube
+from cw_cli.k8s.helper_pods import reader_placement, wait_running
 from cw_cli.k8s.run_facts import claims_of, output_dir_of, trainer_of
-from cw_cli.labels import COMPONENT_LABEL, READER, TRAINER
-from cw_cli.render.plan import CONTAINER_SECURITY, POD_SECURITY
+from cw_cli.labels import READER, TRAINER
+from cw_cli.render.helper_pods import reader_manifest
 
-#: The reader pod's longest life: it is deleted once read, and ends by itself after this.
-READER_DEADLINE_S = 900
 #: How long cw waits for the reader pod to run.
 READER_START_S = 180
 
 
-def reader_pod(run_name: str, owner: dict[str, Any], pod: dict[str, Any], claim: str) -> dict[str, Any]:
-    """The reader pod: the trainer's image and placement, the run's claim read-only at /checkpoints."""
-    container = next(c for c in pod["containers"] if c["name"] == TRAINER)
-    labels = {k: v for k, v in (owner["metadata"].get("labels") or {}).items() if not k.startswith("kueue.x-k8s.io/")}
-    spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "activeDeadlineSeconds": READER_DEADLINE_S,
-        "automountServiceAccountToken": False,
-        "securityContext": POD_SECURITY,
-        "nodeSelector": pod.get("nodeSelector") or {},
-        "tolerations": pod.get("tolerations") or [],
-        "containers": [{
-            "name": READER,
-            "image": container["image"],
-            "imagePullPolicy": container.get("imagePullPolicy", "IfNotPresent"),
-            "command": ["sleep", str(READER_DEADLINE_S)],
-            "workingDir": CHECKPOINT_MOUNT,
-            "securityContext": CONTAINER_SECURITY,
-            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
-            "volumeMounts": [{"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT, "readOnly": True}],
-        }],
-        "volumes": [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}],
-    }  # fmt: skip
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"{run_name}-{READER}", "labels": {**labels, COMPONENT_LABEL: READER}},
-        "spec": spec,
-    }
+def reader_pod(kube: Kube, run_name: str, owner: dict[str, Any], claim: str,
+               volume: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The reader pod (render/helper_pods.py): a small image without a GPU, the run's claim read-only
+    at /checkpoints, beside the running pod that has a ReadWriteOnce volume attached.
+
+    Raises:
+        Conflict: The volume is ReadWriteOncePod and a running pod has it.
+    """
+    placement = reader_placement(kube, claim, volume)
+    return reader_manifest(run_name, owner["metadata"].get("labels") or {}, claim, placement)
 
 
-def _wait_running(kube: Kube, name: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        pod = kube.get("Pod", name)
-        phase = ((pod or {}).get("status") or {}).get("phase")
-        if phase == "Running":
-            return
-        if phase in ("Succeeded", "Failed") or time.monotonic() > deadline:
-            raise WaitTimeout(f"the reader pod {name} is {phase or 'gone'}, not Running, after {int(timeout_s)} s",
-                              hint=f"kubectl describe pod {name} says why")  # fmt: skip
-        time.sleep(0.5)
+def _wait_running(kube: Kube, name: str, claim: str, timeout_s: float) -> None:
+    wait_running(kube, name, claim, timeout_s, what="reader pod")
 
 
 def _wait_gone(kube: Kube, name: str, timeout_s: float) -> None:
@@ -86,7 +58,6 @@ class Reader(Struct):
     """A running reader pod of a run: its output folder, and commands run in it from the volume's root."""
 
     kube: Kube
-    target: ClusterTarget
     pod: str
     run_dir: str
 
@@ -99,11 +70,11 @@ class Reader(Struct):
                sink: Callable[[bytes], None] | None = None) -> ExecResult:  # fmt: skip
         """Run one of cw's pod-side scripts (by its runtime key) with ``args``."""
         command = ["python3", "-c", runtime_file(script_key), *args]
-        return exec_in_pod(self.target, self.kube.namespace, self.pod, READER, command, timeout_s, sink)
+        return exec_in_pod(self.kube, self.pod, READER, command, timeout_s=timeout_s, sink=sink)
 
 
 @contextmanager
-def reader(kube: Kube, target: ClusterTarget, run_name: str) -> Iterator[Reader]:
+def reader(kube: Kube, run_name: str) -> Iterator[Reader]:
     """A reader pod of the run for the duration; deleted on the way out, whatever happens.
 
     Raises:
@@ -123,19 +94,19 @@ def reader(kube: Kube, target: ClusterTarget, run_name: str) -> Iterator[Reader]
         raise NotFound(f"run {run_name!r}'s checkpoint volume {claim} {state}: its outputs go with it")
     container = next(c for c in pod["containers"] if c["name"] == TRAINER)
     run_dir = output_dir_of(kube, run_name, container.get("workingDir") or f"{CHECKPOINT_MOUNT}/{run_name}")
-    manifest = reader_pod(run_name, owner, pod, str(claim))
+    manifest = reader_pod(kube, run_name, owner, str(claim), volume)
     name = manifest["metadata"]["name"]
     if kube.delete("Pod", name):  # a reader left by an interrupted cw: gone before its name is reused
         _wait_gone(kube, name, READER_START_S)
     kube.create(manifest)
     try:
-        _wait_running(kube, name, READER_START_S)
-        yield Reader(kube, target, name, run_dir)
+        _wait_running(kube, name, str(claim), READER_START_S)
+        yield Reader(kube, name, run_dir)
     finally:
         kube.delete("Pod", name)
 
 
-def read_artifacts(kube: Kube, target: ClusterTarget, run_name: str) -> dict[str, Any]:
+def read_artifacts(kube: Kube, run_name: str) -> dict[str, Any]:
     """What the run left on its volume (cw_artifacts.py's document), read in a reader pod.
 
     Raises:
@@ -143,7 +114,7 @@ def read_artifacts(kube: Kube, target: ClusterTarget, run_name: str) -> dict[str
         ConfigError: The run kept its outputs on no volume.
         WaitTimeout: The reader pod did not start.
     """
-    with reader(kube, target, run_name) as pod:
+    with reader(kube, run_name) as pod:
         done = pod.python(ARTIFACTS_FILE, pod.relative_run_dir, timeout_s=600)
         run_dir = pod.run_dir
     if done.exit_code != 0:

@@ -359,6 +359,30 @@ class Kube:
         if buffer:
             yield buffer.decode(errors="replace")
 
+    def websocket(self, path: str, query: builtins.list[tuple[str, Any]], subprotocols: tuple[str, ...], what: str,
+                  timeout: tuple[float, float | None] | None = None) -> Any:  # fmt: skip
+        """Open a websocket stream (exec, port-forward) through the same transport and identity as
+        every request; see :meth:`Transport.websocket <cw_cli.k8s.transport.Transport.websocket>`.
+
+        Raises:
+            ClusterUnreachable: No answer from the API server, or no usable credentials.
+            CwError: The matching error for the status the API server refused the stream with
+                (Forbidden for 403: exit 7, NotFound for 404).
+        """
+        import websocket
+
+        from cw_cli.k8s.kubeconfig import KubeconfigError
+
+        try:
+            return self.transport.websocket(path, query=query, subprotocols=subprotocols, timeout=timeout or request_timeout())
+        except websocket.WebSocketBadStatusException as refused:
+            raise error_for_status(refused.status_code, refused.resp_body, what) from None
+        except OSError as exc:
+            raise ClusterUnreachable(f"{what}: cannot reach the API server at {self.host}",
+                                     hint="is the cluster up? check the context and your network", detail=str(exc)) from None  # fmt: skip
+        except KubeconfigError as exc:
+            raise ClusterUnreachable(f"no usable credentials ({exc})", hint=exc.hint or "check the kubeconfig's user") from None
+
 
 def request_timeout() -> tuple[float, float]:
     """(connect, read) seconds for one API request; ``CW_REQUEST_TIMEOUT`` sets the read part."""

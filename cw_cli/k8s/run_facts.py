@@ -23,7 +23,8 @@ def trainer_of(kube: Kube, run_name: str) -> tuple[str, dict[str, Any], dict[str
         template = strategy.trainer_template(owner) if owner is not None else None
         if owner is not None and template is not None:
             return kind, owner, template
-    raise NotFound(f"run {run_name!r} has no trainer here: nothing to export", hint="`cw list` shows the runs")
+    raise NotFound(f"run {run_name!r} not found in namespace {kube.namespace}: no trainer Job or JobSet of that name",
+                   hint="`cw list` shows the runs (one started with --services has no trainer, so no outputs)")  # fmt: skip
 
 
 def output_dir_of(kube: Kube, run_name: str, working_dir: str) -> str:

@@ -9,75 +9,60 @@ template (vLLM's chat endpoint applies the model's) and deletes both.
 
 from __future__ import annotations
 
+import http.client
+import io
 import json
 import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
-from cw_cli.errors import ClusterUnreachable, Conflict, CwError, WaitTimeout
+from cw_cli.errors import Conflict, CwError, ExitCode
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
-from cw_cli.k8s.connection import ClusterTarget, Kube
+from cw_cli.k8s.connection import Kube
+from cw_cli.k8s.helper_pods import wait_running
 from cw_cli.k8s.run_facts import claims_of, trainer_of
-from cw_cli.labels import COMPONENT_LABEL, GPU_RESOURCE, RUN_LABEL, SERVE
-from cw_cli.render.plan import CONTAINER_SECURITY, POD_SECURITY
+from cw_cli.labels import SERVE, TRAINER
+from cw_cli.render.helper_pods import SERVE_PORT, ServeSpec, serve_name, served_model
+from cw_cli.render.helper_pods import server_manifests as render_server
 
-VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
-SERVE_PORT = 8000
+#: Environment entries of the trainer the server takes over: an adapter's base may come from the Hub.
+SERVE_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")
 
 
-def model_path(listing: dict[str, Any], which: str) -> str:
-    """The folder on the volume to serve: ``final``, ``latest``, a step or ``export:NAME``.
+def server_manifests(kube: Kube, run_name: str, which: str, lifetime_s: int, gpu: int) -> list[dict[str, Any]]:
+    """The server pod and its Service for the model ``which`` names (render/helper_pods.py), from
+    what the run left on its volume (read in a reader pod) and its trainer; creates nothing.
 
     Raises:
-        ConfigError: The run has no such model (the message lists what it has).
+        NotFound: No such run, or its volume is gone.
+        ConfigError: No such model, outputs on no volume, or an adapter the server cannot load.
     """
+    from cw_cli.k8s.artifacts import read_artifacts
     from cw_cli.k8s.download import choose_source
 
-    return f"{CHECKPOINT_MOUNT}/{choose_source(listing, which).folder}"
+    listing = read_artifacts(kube, run_name)
+    folder = choose_source(listing, which).folder
+    entry = next(a for a in listing.get("artifacts") or []
+                 if str(a["path"]).removeprefix(CHECKPOINT_MOUNT + "/") == folder)  # fmt: skip
+    _, owner, template = trainer_of(kube, run_name)
+    pod = template["spec"]
+    trainer = next(c for c in pod["containers"] if c["name"] == TRAINER)
+    spec = ServeSpec(
+        run_name=run_name,
+        run_labels=owner["metadata"].get("labels") or {},
+        claim=str(claims_of(pod)["checkpoints"]),
+        model=served_model(entry),
+        lifetime_s=lifetime_s,
+        gpus=gpu,
+        node_selector=pod.get("nodeSelector") or {},
+        tolerations=pod.get("tolerations") or [],
+        env=[e for e in trainer.get("env") or [] if e.get("name") in SERVE_ENV],
+    )
+    return render_server(spec, kube.namespace)
 
 
-def server_manifests(
-    run_name: str, owner: dict[str, Any], pod: dict[str, Any], claim: str, model: str, lifetime_s: int, gpu: int,
-) -> list[dict[str, Any]]:  # fmt: skip
-    """The server pod (ended by the kubelet after ``lifetime_s``) and its Service."""
-    name = f"{run_name}-{SERVE}"
-    labels = {k: v for k, v in (owner["metadata"].get("labels") or {}).items() if not k.startswith("kueue.x-k8s.io/")}
-    labels[COMPONENT_LABEL] = SERVE
-    command = ["vllm", "serve", model, "--served-model-name", run_name, "--host", "0.0.0.0", "--port", str(SERVE_PORT)]
-    container = {
-        "name": SERVE,
-        "image": VLLM_IMAGE,
-        "command": command,
-        "ports": [{"name": "http", "containerPort": SERVE_PORT}],
-        "readinessProbe": {"httpGet": {"path": "/health", "port": SERVE_PORT}, "periodSeconds": 5},
-        "resources": {"limits": {GPU_RESOURCE: gpu}} if gpu else {},
-        "securityContext": CONTAINER_SECURITY,
-        "volumeMounts": [{"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT, "readOnly": True}],
-    }
-    spec = {
-        "restartPolicy": "Never",
-        "activeDeadlineSeconds": lifetime_s,  # the kubelet ends it then, whatever happens to cw
-        "automountServiceAccountToken": False,
-        "securityContext": POD_SECURITY,
-        "nodeSelector": pod.get("nodeSelector") or {},
-        "tolerations": pod.get("tolerations") or [],
-        "containers": [container],
-        "volumes": [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}],
-    }
-    server = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"selector": {COMPONENT_LABEL: SERVE, RUN_LABEL: run_name},
-                 "ports": [{"name": "http", "port": SERVE_PORT, "targetPort": SERVE_PORT}]},
-    }  # fmt: skip
-    return [server, service]
-
-
-def start_server(kube: Kube, target: ClusterTarget, run_name: str, which: str, lifetime_s: int, gpu: int) -> str:
+def start_server(kube: Kube, run_name: str, which: str, lifetime_s: int, gpu: int) -> str:
     """Start the run's server on the model ``which`` names; returns the pod's name.
 
     Raises:
@@ -85,18 +70,11 @@ def start_server(kube: Kube, target: ClusterTarget, run_name: str, which: str, l
         ConfigError: No such model, or outputs on no volume.
         Conflict: The run's server exists already.
     """
-    from cw_cli.k8s.artifacts import read_artifacts
-
-    listing = read_artifacts(kube, target, run_name)
-    model = model_path(listing, which)
-    _, owner, template = trainer_of(kube, run_name)
-    pod = template["spec"]
-    claims = claims_of(pod)
-    name = f"{run_name}-{SERVE}"
+    server, service = server_manifests(kube, run_name, which, lifetime_s, gpu)  # a bad choice is said first
+    name = serve_name(run_name)
     if kube.get("Pod", name) is not None:
         raise Conflict(f"run {run_name!r} has a server already ({name})",
                        hint=f"it ends at its lifetime; sooner: kubectl delete pod {name}")  # fmt: skip
-    server, service = server_manifests(run_name, owner, pod, str(claims["checkpoints"]), model, lifetime_s, gpu)
     created = kube.create(server)
     owned = {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": created["metadata"]["uid"], "controller": True}
     service["metadata"]["ownerReferences"] = [owned]  # deleted with the pod
@@ -105,70 +83,112 @@ def start_server(kube: Kube, target: ClusterTarget, run_name: str, which: str, l
 
 
 def wait_ready(kube: Kube, name: str, timeout_s: float) -> None:
-    """Block until the server pod is Ready.
+    """Block until the server pod is Ready; say at once when its volume is held by another pod.
 
     Raises:
-        WaitTimeout: Not Ready in time (or it ended).
+        Conflict: Another pod holds the run's volume.
+        WaitTimeout: Not Ready in time (with the reason it waits), or it ended.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        pod = kube.get("Pod", name)
-        status = (pod or {}).get("status") or {}
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        if ready:
-            return
-        if pod is None or status.get("phase") in ("Succeeded", "Failed") or time.monotonic() > deadline:
-            raise WaitTimeout(f"the server {name} is not Ready ({status.get('phase') or 'gone'}) after {int(timeout_s)} s",
-                              hint=f"kubectl describe pod {name}; kubectl logs {name}")  # fmt: skip
-        time.sleep(1)
+    pod = kube.get("Pod", name) or {}
+    claims = claims_of(pod.get("spec") or {})
+    wait_running(kube, name, str(claims.get("checkpoints")), timeout_s, what=f"{SERVE} pod", ready=True, poll_s=1.0)
 
 
-def ask(target: ClusterTarget, namespace: str, pod: str, model: str, question: str, max_tokens: int) -> str:
+def ask(kube: Kube, pod: str, model: str, question: str, max_tokens: int, timeout_s: float = 600) -> str:
     """One chat completion from the server, through a port-forward of the API server.
 
     Raises:
-        ClusterUnreachable: The port-forward cannot be opened.
-        CwError: The server answered no completion.
+        Forbidden: The user may not port-forward (``pods/portforward``): exit 7.
+        StreamBroken: The stream broke, or the server's port refused the connection.
+        WaitTimeout: No whole answer within ``timeout_s``.
+        CwError: The server answered no chat completion (its status and the start of its body).
     """
-    from kubernetes import client
-    from kubernetes.stream import portforward
-
-    from cw_cli.k8s.pod_exec import official_client
+    from cw_cli.k8s.channels import PortForward
 
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": question}],
                        "max_tokens": max_tokens}).encode()  # fmt: skip
     request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body  # fmt: skip
+    stream = PortForward(kube, pod, SERVE_PORT, timeout_s=timeout_s)
+    answer = bytearray()
     try:
-        api = official_client(target)
-        forward = portforward(client.CoreV1Api(api).connect_get_namespaced_pod_portforward, pod, namespace,
-                              ports=str(SERVE_PORT))  # fmt: skip
-        sock = forward.socket(SERVE_PORT)
-    except Exception as exc:  # noqa: BLE001 - the client raises many kinds; all mean "no forward"
-        raise ClusterUnreachable(f"cannot port-forward to {pod}: {str(exc).strip()[:300]}") from None
-    try:
-        sock.setblocking(True)
-        sock.settimeout(600)
-        sock.sendall(request)
-        answer = bytearray()
+        stream.send(request)
         while not _complete(bytes(answer)):  # a forwarded stream may never show the server's close
-            chunk = sock.recv(65536)
+            chunk = stream.recv()
             if not chunk:
                 break
             answer += chunk
+            if len(answer) > MAX_ANSWER:
+                raise CwError(f"the server's answer is over {MAX_ANSWER >> 20} MiB: not a chat completion")
     finally:
-        sock.close()
-        forward.close()
-    head, _, payload = bytes(answer).partition(b"\r\n\r\n")
-    status = head.split(b" ", 2)[1:2]
-    if status != [b"200"]:
-        raise CwError(f"the server answered {head[:80]!r}: {payload[:300]!r}")
-    if b"transfer-encoding: chunked" in head.lower():
-        payload = _unchunk(payload)
+        stream.close()
+    return _completion(bytes(answer))
+
+
+#: The largest chat answer cw reads (max_tokens of text is far less).
+MAX_ANSWER = 16 << 20
+
+
+def _completion(answer: bytes) -> str:
+    """The text of an HTTP answer holding a chat completion, parsed by ``http.client``.
+
+    Raises:
+        ServerFailed: Not a well-formed 200 with a chat completion in it (the status and the
+            start of the body).
+    """
     try:
-        return str(json.loads(payload)["choices"][0]["message"]["content"])
+        status, body = _parse_http(answer)
+    except (http.client.HTTPException, ValueError) as exc:
+        raise ServerFailed(f"the server's answer is not well-formed HTTP ({type(exc).__name__}): {answer[:120]!r}") from None
+    if status != 200:
+        raise ServerFailed(f"the server answered HTTP {status}: {body[:300].decode('utf-8', 'replace')!r}",
+                           hint="its log says why: kubectl logs the server pod")  # fmt: skip
+    try:
+        return str(json.loads(body)["choices"][0]["message"]["content"])
     except (ValueError, KeyError, IndexError, TypeError):
-        raise CwError(f"the server's answer is no chat completion: {payload[:300]!r}") from None
+        raise ServerFailed(f"the server's answer is no chat completion: {body[:300]!r}") from None
+
+
+class ServerFailed(CwError):
+    """The model server answered, but not with a completion (an error status, garbled HTTP)."""
+
+    exit_code = ExitCode.RUN_FAILED
+
+
+class _Received:
+    """What ``http.client.HTTPResponse`` reads a whole answer from."""
+
+    def __init__(self, data: bytes) -> None:
+        self._file = io.BytesIO(data)
+
+    def makefile(self, *_: Any, **__: Any) -> io.BytesIO:
+        return self._file
+
+
+def _parse_http(answer: bytes) -> tuple[int, bytes]:
+    response = http.client.HTTPResponse(_Received(answer))  # type: ignore[arg-type]
+    response.begin()
+    return response.status, response.read()
+
+
+def _complete(answer: bytes) -> bool:
+    """Whether an HTTP response has arrived whole (by its Content-Length or its last chunk).
+
+    Anything garbled counts as whole: reading on would not mend it, and :func:`_completion`
+    says what is wrong.
+    """
+    head, found, body = answer.partition(b"\r\n\r\n")
+    if not found:
+        return len(head) > MAX_HEAD
+    for line in head.lower().split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip() == b"content-length":
+            return not value.strip().isdigit() or len(body) >= int(value.strip())
+    return b"transfer-encoding: chunked" in head.lower() and body.endswith(b"0\r\n\r\n")
+
+
+#: An answer's head longer than this is garbled (http.client's own line limit is 64 KiB).
+MAX_HEAD = 1 << 20
 
 
 #: Seconds a tunnel waits for the server's last bytes once the local client has closed its side.
@@ -176,15 +196,14 @@ _DRAIN_S = 5.0
 
 
 def forward(
-    target: ClusterTarget, namespace: str, pod: str, local_port: int, stop: threading.Event,
-    listening: Callable[[int], None] = lambda port: None,
+    kube: Kube, pod: str, local_port: int, stop: threading.Event, listening: Callable[[int], None] = lambda port: None,
 ) -> None:  # fmt: skip
     """Serve ``127.0.0.1:local_port`` until ``stop`` is set, as ``kubectl port-forward`` does: each
-    connection gets its own port-forward stream to the pod's server port, through the API server.
+    connection gets its own port-forward stream to the pod's server port, through the API server,
+    as the kubeconfig's user.
 
     Args:
-        target: The cluster (the official client opens the websocket streams).
-        namespace: The pod's namespace.
+        kube: The cluster.
         pod: The server pod.
         local_port: The port on this machine's loopback address; 0 picks a free one.
         stop: Set to stop listening (open connections are closed with it).
@@ -192,18 +211,12 @@ def forward(
 
     Raises:
         CwError: The local port is taken.
-        ClusterUnreachable: The cluster cannot be reached.
     """
-    from kubernetes import client
-
-    from cw_cli.k8s.pod_exec import official_client
-
     try:
         listener = socket.create_server(("127.0.0.1", local_port))
     except OSError as exc:
         raise CwError(f"cannot listen on 127.0.0.1:{local_port}: {exc.strerror or exc}",
                       hint="choose another port with --forward PORT (0: any free one)") from None  # fmt: skip
-    opened = client.CoreV1Api(official_client(target)).connect_get_namespaced_pod_portforward
     tunnels: list[threading.Thread] = []
     with listener:
         listener.settimeout(0.25)  # how soon `stop` is noticed
@@ -213,108 +226,29 @@ def forward(
                 local, _ = listener.accept()
             except TimeoutError:
                 continue
-            tunnel = threading.Thread(target=_tunnel, args=(opened, pod, namespace, local, stop), daemon=True)
+            tunnel = threading.Thread(target=_tunnel, args=(kube, pod, local, stop), daemon=True)
             tunnel.start()
             tunnels.append(tunnel)
     for tunnel in tunnels:
         tunnel.join(timeout=_DRAIN_S)
 
 
-def _tunnel(opened: Callable[..., Any], pod: str, namespace: str, local: socket.socket, stop: threading.Event) -> None:
+def _tunnel(kube: Kube, pod: str, local: socket.socket, stop: threading.Event) -> None:
     """Copy bytes both ways between a local connection and a new port-forward stream to the pod."""
-    from kubernetes.stream import portforward
+    from cw_cli.k8s.channels import PortForward
 
     try:
-        stream = portforward(opened, pod, namespace, ports=str(SERVE_PORT))
-        remote = stream.socket(SERVE_PORT)
-        remote.setblocking(True)
-    except Exception:  # noqa: BLE001 - the client raises many kinds; the local client sees a closed connection
+        stream = PortForward(kube, pod, SERVE_PORT)
+    except CwError:  # refused or unreachable: the local client sees a closed connection
         local.close()
         return
-    client_done = threading.Event()
-
-    def upstream() -> None:
-        _copy(local, remote, stop)
-        client_done.set()
-
-    sender = threading.Thread(target=upstream, daemon=True)
-    sender.start()
-    remote.settimeout(0.25)
-    quiet_since: float | None = None
     try:
-        while not stop.is_set():
-            try:
-                data = remote.recv(65536)
-            except TimeoutError:
-                # A forwarded stream may never show the server's close: once the client has
-                # closed its side and the server has been quiet a while, the exchange is over.
-                if client_done.is_set():
-                    quiet_since = quiet_since or time.monotonic()
-                    if time.monotonic() - quiet_since > _DRAIN_S:
-                        break
-                continue
-            except OSError:
-                break
-            if not data:
-                break
-            quiet_since = None
-            try:
-                local.sendall(data)
-            except OSError:
-                break
+        stream.pump(local, stop.is_set, drain_s=_DRAIN_S)
+    except CwError:
+        pass  # the stream broke: both ends are closed below, which the local client sees
     finally:
-        for end in (local, remote):
-            try:
-                end.close()
-            except OSError:
-                pass
+        local.close()
         stream.close()
-
-
-def _copy(source: socket.socket, sink: socket.socket, stop: threading.Event) -> None:
-    """Bytes from ``source`` to ``sink`` until ``source`` ends.
-
-    ``sink`` is not shut for writing then: the official client would end the whole stream, and
-    with it the answer still on its way.
-    """
-    source.settimeout(0.25)
-    while not stop.is_set():
-        try:
-            data = source.recv(65536)
-        except TimeoutError:
-            continue
-        except OSError:
-            return
-        if not data:
-            break
-        try:
-            sink.sendall(data)
-        except OSError:
-            return
-
-
-def _complete(answer: bytes) -> bool:
-    """Whether an HTTP response has arrived whole (by its Content-Length or its last chunk)."""
-    head, found, body = answer.partition(b"\r\n\r\n")
-    if not found:
-        return False
-    for line in head.lower().split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip() == b"content-length":
-            return len(body) >= int(value.strip() or b"0")
-    return b"transfer-encoding: chunked" in head.lower() and body.endswith(b"0\r\n\r\n")
-
-
-def _unchunk(data: bytes) -> bytes:
-    out, rest = bytearray(), data
-    while rest:
-        size_line, _, rest = rest.partition(b"\r\n")
-        size = int(size_line.split(b";")[0] or b"0", 16)
-        if size == 0:
-            break
-        out += rest[:size]
-        rest = rest[size + 2 :]
-    return bytes(out)
 
 
 def stop_server(kube: Kube, name: str) -> None:

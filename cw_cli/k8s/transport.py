@@ -326,6 +326,61 @@ class Transport:
             response = self._send(method, target, body, headers, timeout or DEFAULT_TIMEOUT, stream, fresh)
         return response
 
+    def websocket(self, path: str, *, query: list[tuple[str, Any]], subprotocols: tuple[str, ...],
+                  timeout: tuple[float, float | None] | None = None) -> Any:  # fmt: skip
+        """Open a websocket to the API server (exec, port-forward) as every other request goes:
+        the same server, TLS, proxy, credentials and impersonation headers.
+
+        The connection is made here (:meth:`_new_connection`: TCP, the proxy's CONNECT, TLS) and
+        handed to websocket-client, which does the upgrade and the framing. An exec plugin's
+        credentials are renewed once on a 401, as for plain requests.
+
+        Args:
+            path: URL path (the server URL's own path is put in front).
+            query: Query parameters (repeated keys allowed: ``command``).
+            subprotocols: The channel protocols offered, preferred first.
+            timeout: (connect, read) seconds; the read one bounds each wait for a frame.
+
+        Returns:
+            A connected ``websocket.WebSocket``; its ``subprotocol`` is the one the server chose.
+
+        Raises:
+            OSError: The server could not be reached.
+            KubeconfigError: An expired exec credential could not be renewed.
+            websocket.WebSocketBadStatusException: The server refused the upgrade (its status and body).
+        """
+        import websocket  # websocket-client: only the commands that stream load it
+
+        connect_timeout, read_timeout = timeout or DEFAULT_TIMEOUT
+        target = self._base_path + path + (f"?{urlencode(query)}" if query else "")
+        scheme = "wss" if self._https else "ws"
+        url = f"{scheme}://{urlsplit(self.server).netloc.rpartition('@')[2]}{target}"
+        credentials = self._credentials
+        if expired(credentials):
+            credentials = self._refresh(credentials)
+        for attempt in (1, 2):
+            connection = self._new_connection(connect_timeout)
+            connection.connect()
+            sock, connection.sock = connection.sock, None  # the websocket owns the socket from here
+            headers = [f"{name}: {value}" for name, value in [*self._headers(credentials, None).items(), *credentials.impersonate]]
+            socket_ = websocket.WebSocket(skip_utf8_validation=True)
+            try:
+                socket_.connect(url, socket=sock, header=headers, subprotocols=list(subprotocols),
+                                suppress_origin=True, timeout=read_timeout)  # fmt: skip
+                return socket_
+            except websocket.WebSocketBadStatusException as refused:
+                sock.close()
+                if refused.status_code != 401 or credentials.exec_plugin is None or attempt == 2:
+                    raise
+                credentials = self._refresh(credentials)
+            except websocket.WebSocketException as exc:
+                sock.close()
+                raise TransportError(f"the API server's websocket answer is broken: {exc}") from None
+            except BaseException:
+                sock.close()
+                raise
+        raise AssertionError("unreachable")  # the loop returns or raises
+
     def close(self) -> None:
         """Close the idle connections."""
         with self._lock:

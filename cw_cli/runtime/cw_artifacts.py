@@ -43,7 +43,8 @@ def _size_and_time(folder: str, recursive: bool = True) -> tuple[int, float, int
 
 def _metrics(state: dict, step: int) -> dict:
     found: dict = {}
-    for entry in state.get("log_history") or []:
+    history = state.get("log_history")
+    for entry in history if isinstance(history, list) else []:
         if isinstance(entry, dict) and entry.get("step") == step:
             found.update({k: v for k, v in entry.items() if isinstance(v, (int, float)) and k not in ("step", "epoch")})
     return found
@@ -77,7 +78,8 @@ def _model_facts(folder: str) -> dict:
         facts["lora_rank"] = _positive(adapter.get("r"))
         if not config and facts["base"] and os.path.isabs(facts["base"]):
             config = _json(os.path.join(facts["base"], "config.json"))
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    nested = config.get("text_config")  # a multimodal model's language part
+    text: dict = nested if isinstance(nested, dict) else {}
     for key, name in (("heads", "num_attention_heads"), ("kv_heads", "num_key_value_heads"),
                       ("max_positions", "max_position_embeddings")):  # fmt: skip
         facts[key] = _positive(config.get(name)) or _positive(text.get(name))
@@ -106,13 +108,15 @@ def list_artifacts(run_dir: str) -> dict:
         try:
             with open(os.path.join(folder, "trainer_state.json"), encoding="utf-8") as handle:
                 state = json.load(handle)
-            complete = isinstance(state, dict)
-        except (OSError, ValueError):
-            state, complete = {}, False
+        except (OSError, ValueError, RecursionError):  # one unreadable checkpoint never hides the others
+            state = None
+        complete = isinstance(state, dict)
+        state = state if complete else {}
         last_state = state or last_state
         artifacts.append(_entry(folder, "checkpoint", int(match.group(1)), complete, _metrics(state, int(match.group(1)))))
     if any(_WEIGHTS.match(name) for name in os.listdir(run_dir)):
-        step = last_state.get("global_step") if isinstance(last_state, dict) else None
+        step = last_state.get("global_step")
+        step = step if isinstance(step, int) and not isinstance(step, bool) else None
         artifacts.append(_entry(run_dir, "final", step, True, _metrics(last_state, step) if step else {}))
     exported = os.path.join(run_dir, "exported")
     for name in sorted(os.listdir(exported)) if os.path.isdir(exported) else []:

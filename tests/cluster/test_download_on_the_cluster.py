@@ -61,7 +61,7 @@ def test_what_cannot_be_downloaded_is_refused_and_writes_nothing(kube_api, names
         (["arts", str(tmp_path / "a"), "--checkpoint", "30"], 2, "is being written"),
         (["arts", str(tmp_path / "b"), "--checkpoint", "99"], 2, "has no 99 to download; there: checkpoint 10, checkpoint 20, final, export:final-merged"),
         (["arts", str(other)], 5, "holds other files"),
-        (["nosuch", str(tmp_path / "c")], 4, "has no trainer here"),
+        (["nosuch", str(tmp_path / "c")], 4, "run 'nosuch' not found in namespace"),
     ]  # fmt: skip
     for args, code, message in cases:
         result = run_cw(cw_env, "download", *args, "-n", namespace, timeout=180)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 
 import pytest
 
 from cw_cli.errors import ConfigError, Conflict, CwError
-from cw_cli.k8s.download import MARKER, _claim_destination, check_room, choose_source
+from cw_cli.k8s.download import MARKER, _Marker, check_room, choose_source
 
 LISTING = {"artifacts": [
     {"kind": "checkpoint", "step": 10, "complete": True, "path": "/checkpoints/r/checkpoint-10"},
@@ -40,15 +41,31 @@ def test_what_is_not_there_or_not_whole_is_refused(which, message):
 
 def test_only_an_earlier_download_of_the_same_source_is_written_into(tmp_path):
     origin = {"run": "r", "namespace": "n", "source": "r"}
-    _claim_destination(tmp_path / "new", origin)
-    assert json.loads((tmp_path / "new" / MARKER).read_text()) == origin
-    _claim_destination(tmp_path / "new", origin)  # the same download again: goes on
+    _Marker(tmp_path / "new", origin).claim()
+    assert json.loads((tmp_path / "new" / MARKER).read_text()) == {**origin, "files": {}}
+    again = _Marker(tmp_path / "new", origin)
+    again.claim()  # the same download again: goes on
+    item = {"path": "model.safetensors", "size": 3, "mtime": 5.0}
+    (tmp_path / "new" / "model.safetensors").write_bytes(b"abc")
+    again.record(item, hashlib.sha256(b"abc").hexdigest(), tmp_path / "new" / "model.safetensors")
+    third = _Marker(tmp_path / "new", origin)
+    third.claim()
+    assert third.finished(item, tmp_path / "new")  # recorded: not sent again
+    assert not third.finished({**item, "mtime": 6.0}, tmp_path / "new")  # changed in the pod since: sent again
+    (tmp_path / "new" / "model.safetensors").write_bytes(b"abc")
+    assert third.finished(item, tmp_path / "new")  # touched here since, but the same bytes: its hash says so
+    (tmp_path / "new" / "model.safetensors").write_bytes(b"abd")
+    assert not third.finished(item, tmp_path / "new")  # changed here since: sent again
     with pytest.raises(Conflict, match="holds a download of r"):
-        _claim_destination(tmp_path / "new", {**origin, "source": "r/checkpoint-10"})
+        _Marker(tmp_path / "new", {**origin, "source": "r/checkpoint-10"}).claim()
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "x").write_text("x")
     with pytest.raises(Conflict, match="holds other files"):
-        _claim_destination(tmp_path / "other", origin)
+        _Marker(tmp_path / "other", origin).claim()
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / MARKER).write_text("[1]")
+    with pytest.raises(Conflict, match="holds other files"):
+        _Marker(tmp_path / "broken", origin).claim()
 
 
 def test_a_download_larger_than_the_free_disk_is_refused_before_copying(tmp_path):
