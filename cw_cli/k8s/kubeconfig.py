@@ -463,6 +463,9 @@ def _cluster(name: str, entry: _Entry) -> dict[str, Any]:
     ca = _file_or_data(body, "certificate-authority", entry.origin, f"cluster {name!r}") if https else None
     if insecure and ca:  # kubectl refuses a CA with the insecure flag; the official client ignores the CA
         raise Unsupported(f"cluster {name!r} sets both a CA and insecure-skip-tls-verify")
+    if ca and not ca.isascii():  # PEM is ASCII text; ssl refuses anything else with a TypeError
+        raise KubeconfigError(f"{where} certificate-authority is not a PEM certificate (it holds binary data)",
+                              hint="name the CA's .crt/.pem file, or its base64 in certificate-authority-data")  # fmt: skip
     tls_server_name = _text(body, "tls-server-name", where)
     if tls_server_name and (_CONTROL.search(tls_server_name) or " " in tls_server_name):
         raise KubeconfigError(f"{where} tls-server-name {tls_server_name!r} holds a space or a control character")

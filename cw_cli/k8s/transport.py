@@ -48,7 +48,7 @@ def ssl_context(credentials: Credentials) -> ssl.SSLContext:
     elif credentials.ca_data:
         try:
             context.load_verify_locations(cadata=credentials.ca_data.decode("latin-1"))
-        except (ssl.SSLError, ValueError) as exc:
+        except (ssl.SSLError, ValueError, TypeError) as exc:  # TypeError: not ASCII (binary, not PEM)
             raise KubeconfigError(f"the certificate authority data is not a PEM certificate ({exc})") from None
     else:
         context.load_default_certs(ssl.Purpose.SERVER_AUTH)

@@ -218,6 +218,15 @@ def main(folder: Path, examples: int) -> None:
             assert not any(line[:1] in (b" ", b"\t") for line in lines), raw  # a folded header line
             assert not any(line.lower().startswith(b"x-injected") for line in lines), raw
 
+    # Every special file in every field that names a file, whatever the random draw covers.
+    for field in [("user", "tokenFile"), ("user", "client-certificate"), ("cluster", "certificate-authority"),
+                  ("user", "client-key"), ("user", "auth-provider-with-tokenFile")]:  # fmt: skip
+        for file in files:
+            change = ("user", "tokenFile", file) if field[1] == "auth-provider-with-tokenFile" else (*field, file)
+            document = _changed(sink.url, [change])
+            if field[1] == "auth-provider-with-tokenFile":  # the official client's path
+                document["users"][0]["user"]["auth-provider"] = {"name": "oidc", "config": {"id-token": "e30.e30.c2ln"}}
+            one.hypothesis.inner_test(document)  # type: ignore[attr-defined]
     one()
     print("ALL-ENDED", " ".join(f"{key}={value}" for key, value in counts.items()), flush=True)
 
