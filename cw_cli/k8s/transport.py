@@ -407,6 +407,8 @@ class Transport:
         authorization = self._authorization() if self._authorization else credentials.authorization
         if authorization:
             problem = header_problem(authorization)  # the official client's token is checked only here
+            if problem is None and not authorization.isascii():  # a bearer token and base64 are ASCII
+                problem = "holds a character that is not ASCII"
             if problem:
                 raise KubeconfigError(f"the kubeconfig's credentials give an Authorization header that {problem}; "
                                       "cw does not send it", hint="check the token the kubeconfig's user gives")  # fmt: skip

@@ -227,6 +227,11 @@ def main(folder: Path, examples: int) -> None:
             if field[1] == "auth-provider-with-tokenFile":  # the official client's path
                 document["users"][0]["user"]["auth-provider"] = {"name": "oidc", "config": {"id-token": "e30.e30.c2ln"}}
             one.hypothesis.inner_test(document)  # type: ignore[attr-defined]
+    # Every header payload as a token that only the official client reads (cw's fallback).
+    for payload in [*PAYLOADS, "\u0100", "\ud800"]:
+        document = _changed(sink.url, [("user", "token", payload)])
+        document["users"][0]["user"]["auth-provider"] = {"name": "oidc", "config": {"id-token": "e30.e30.c2ln"}}
+        one.hypothesis.inner_test(document)  # type: ignore[attr-defined]
     one()
     print("ALL-ENDED", " ".join(f"{key}={value}" for key, value in counts.items()), flush=True)
 

@@ -109,6 +109,9 @@ def test_the_official_clients_token_is_checked_before_it_is_sent():
     transport = Transport(kc.Credentials(server="http://127.0.0.1:1"), authorization=lambda: "Bearer a\r\nX-Injected: 1")
     with pytest.raises(kc.KubeconfigError, match="Authorization header that holds a line break"):
         transport._headers(transport.credentials, None)
+    transport = Transport(kc.Credentials(server="http://127.0.0.1:1"), authorization=lambda: "Bearer \u0100")
+    with pytest.raises(kc.KubeconfigError, match="Authorization header that holds a character that is not ASCII"):
+        transport._headers(transport.credentials, None)
 
 
 def test_a_non_ascii_impersonated_user_goes_out_as_utf8_like_kubectl(tmp_path):
