@@ -47,16 +47,3 @@ def test_good_flags_pass_and_stay_values():
     text = yaml.safe_dump(job)
     assert yaml.safe_load(text) == job and job["spec"]["template"]["spec"]["containers"][0]["command"][-3:] == [
         "--push-to-hub", "my-org/my.model_v2", "--private"]
-
-
-def test_the_artifact_reader_mounts_the_claim_read_only_and_ends_by_itself():
-    from cw_cli.k8s.artifacts import READER_DEADLINE_S, reader_pod
-
-    owner = {"metadata": {"labels": {"cw-cli.dev/run": "ex", "kueue.x-k8s.io/queue-name": "q"}}}
-    pod = {"containers": [{"name": "trainer", "image": "img:1"}], "nodeSelector": {"gpu": "yes"}}
-    manifest = reader_pod("ex", owner, pod, "ckpts")
-    spec = manifest["spec"]
-    assert spec["volumes"] == [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": "ckpts", "readOnly": True}}]
-    assert spec["containers"][0]["volumeMounts"][0]["readOnly"] is True
-    assert spec["activeDeadlineSeconds"] == READER_DEADLINE_S and spec["nodeSelector"] == {"gpu": "yes"}
-    assert manifest["metadata"]["labels"] == {"cw-cli.dev/run": "ex", "app.kubernetes.io/component": "reader"}
