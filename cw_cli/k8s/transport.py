@@ -367,6 +367,7 @@ class Transport:
             try:
                 socket_.connect(url, socket=sock, header=headers, subprotocols=list(subprotocols),
                                 suppress_origin=True, timeout=read_timeout)  # fmt: skip
+                sock.settimeout(read_timeout)  # for the frames read straight from the socket too
                 return socket_
             except websocket.WebSocketBadStatusException as refused:
                 sock.close()
