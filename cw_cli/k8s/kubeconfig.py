@@ -46,6 +46,8 @@ MAX_NAMED_FILE_BYTES = 8 * 2**20
 MAX_KUBECONFIG_VALUES = 1_000_000
 #: Seconds an exec credential plugin may run before it is stopped (``CW_EXEC_PLUGIN_TIMEOUT``).
 EXEC_TIMEOUT_S = 60.0
+#: The most a plugin may print on stdout or stderr (an ExecCredential is a few KiB).
+MAX_EXEC_OUTPUT_BYTES = 16 * 2**20
 # Control characters (tab included, as in a bearer token nothing else is allowed) and DEL: in an
 # HTTP header a CR or LF ends the line, and what follows would be a header the value's author chose.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -796,7 +798,11 @@ def run_exec_plugin(plugin: ExecPlugin) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise KubeconfigError(f"exec: cannot run {plugin.command}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
-        stdout, stderr_bytes = child.communicate(timeout=limit)
+        stdout, stderr_bytes = _bounded_output(child, limit)
+    except _TooMuchOutput:
+        _kill_group(child, signal.SIGKILL)
+        raise KubeconfigError(f"exec: credential plugin {plugin.command} printed more than {MAX_EXEC_OUTPUT_BYTES // 2**20} MiB; "
+                              "stopped it (an ExecCredential is a few KiB)") from None  # fmt: skip
     except subprocess.TimeoutExpired:
         _kill_group(child, signal.SIGKILL)
         raise KubeconfigError(
@@ -816,6 +822,52 @@ def run_exec_plugin(plugin: ExecPlugin) -> dict[str, Any]:
     return _exec_output(stdout, plugin)
 
 
+class _TooMuchOutput(Exception):
+    """A plugin printed more than :data:`MAX_EXEC_OUTPUT_BYTES`."""
+
+
+def _bounded_output(child: Any, limit_s: float) -> tuple[bytes, bytes]:
+    """A plugin's stdout and stderr, each read up to :data:`MAX_EXEC_OUTPUT_BYTES`, within ``limit_s``.
+
+    ``communicate()`` would keep all a runaway plugin prints (``yes`` fills gigabytes a second).
+
+    Raises:
+        subprocess.TimeoutExpired: The plugin did not end in time.
+        _TooMuchOutput: It printed more than the bound.
+    """
+    import subprocess
+    import threading
+
+    kept: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
+    overflow = threading.Event()
+
+    def drain(stream: Any, into: bytearray) -> None:
+        while chunk := stream.read1(65536):
+            into += chunk
+            if len(into) > MAX_EXEC_OUTPUT_BYTES:
+                overflow.set()
+                return
+
+    readers = [threading.Thread(target=drain, args=(child.stdout, kept[1]), daemon=True),
+               threading.Thread(target=drain, args=(child.stderr, kept[2]), daemon=True)]  # fmt: skip
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + limit_s
+    while True:  # until both pipes are closed (Go's Output() waits for them too)
+        for reader in readers:
+            reader.join(0.01)
+        if overflow.is_set():
+            raise _TooMuchOutput()
+        if not any(reader.is_alive() for reader in readers):
+            break
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(child.args, limit_s)
+    child.wait(max(0.01, deadline - time.monotonic()))
+    for stream in (child.stdout, child.stderr):
+        stream.close()
+    return bytes(kept[1]), bytes(kept[2])
+
+
 def _kill_group(child: Any, signal_number: int) -> None:
     """Stop a plugin started in its own session, and whatever it started, then reap it."""
     import subprocess
@@ -825,7 +877,7 @@ def _kill_group(child: Any, signal_number: int) -> None:
     except OSError:
         child.kill()
     try:
-        child.communicate(timeout=5)  # its pipes close once the group is gone
+        child.wait(timeout=5)  # the readers of its pipes end once the group is gone
     except (subprocess.TimeoutExpired, OSError):
         pass
 

@@ -94,6 +94,8 @@ def plugins(folder: Path) -> list[str]:
         "garbage": "head -c 1000 /dev/urandom",
         "good": 'printf \'{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"good"}}\'',
         "fails": "echo oops >&2; exit 3",
+        "flood": "exec yes",
+        "flood-stderr": "yes >&2",
     }
     paths = []
     for name, body in answers.items():

@@ -207,6 +207,15 @@ def test_an_exec_plugin_that_never_answers_is_stopped_and_named(tmp_path, monkey
     assert "CW_EXEC_PLUGIN_TIMEOUT" in (caught.value.hint or "")
 
 
+def test_an_exec_plugin_that_prints_without_end_is_stopped_at_a_bound(tmp_path):
+    plugin = tmp_path / "flood-plugin"
+    plugin.write_text("#!/bin/sh\nexec yes\n")
+    plugin.chmod(0o755)
+    path = _config(tmp_path / "config", {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin)}})
+    with pytest.raises(kc.KubeconfigError, match=f"credential plugin {plugin} printed more than 16 MiB; stopped it"):
+        kc.load(path)
+
+
 def test_the_exec_time_limit_defaults_to_a_minute(monkeypatch):
     monkeypatch.delenv("CW_EXEC_PLUGIN_TIMEOUT", raising=False)
     assert kc.exec_timeout() == 60
