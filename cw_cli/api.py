@@ -739,6 +739,7 @@ class Run(Struct):
         try:
             progress(f"server {name} started; waiting until it is Ready")
             wait_ready(self.session.kube, name, timeout)
+            progress(f"asking {name} through a port-forward")
             return ask(self.session.kube, name, self.name, question, max_tokens)
         finally:
             stop_server(self.session.kube, name)

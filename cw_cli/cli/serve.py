@@ -85,14 +85,16 @@ def try_command(
 ) -> None:  # fmt: skip
     """Ask a run's model one question (a vLLM server is started on it, asked and stopped)."""
     from cw_cli import api
+    from cw_cli.cli.heartbeat import Heartbeat
     from cw_cli.cli.interrupts import termination_as_interrupt
     from cw_cli.cli.runs import check_run_argument
 
     check_run_argument(run)
-    with termination_as_interrupt():  # the server is stopped on the way out, whatever ends cw
+    # The server is stopped on the way out, whatever ends cw; a line every 30 s on a pipe: not a hang.
+    with termination_as_interrupt(), Heartbeat(f"reading run {run}'s volume to choose the model") as beat:
         answer = api.Session(context=context, namespace=namespace).run(run).try_(
             question, checkpoint=checkpoint, gpu=gpu, max_tokens=max_tokens, timeout=timeout,
-            progress=lambda line: say(printable(line)),
+            progress=lambda line: beat.stage(printable(line)),
         )  # fmt: skip
     click.echo(printable(answer, lines=True))
 

@@ -43,6 +43,7 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "LocalQueue": ("/apis/kueue.x-k8s.io/v1beta2", "localqueues", True),
     "ClusterQueue": ("/apis/kueue.x-k8s.io/v1beta2", "clusterqueues", False),
     "Namespace": ("/api/v1", "namespaces", False),
+    "PriorityClass": ("/apis/scheduling.k8s.io/v1", "priorityclasses", False),
     "Node": ("/api/v1", "nodes", False),
 }
 FIELD_MANAGER = "cw"

@@ -39,7 +39,7 @@ def server_manifests(kube: Kube, run_name: str, which: str, lifetime_s: int, gpu
         ConfigError: No such model, outputs on no volume, or an adapter the server cannot load.
     """
     from cw_cli.k8s.artifacts import read_artifacts
-    from cw_cli.k8s.download import choose_source
+    from cw_cli.render.artifact_choice import choose_source
 
     listing = read_artifacts(kube, run_name)
     folder = choose_source(listing, which).folder

@@ -33,6 +33,10 @@ class LaunchResult(Struct):
     dry_run: bool = False
 
 
+def _priority_classes(plan: Plan) -> set[str]:
+    return {str(spec["priorityClassName"]) for m in plan.manifests for spec in _pod_specs(m) if spec.get("priorityClassName")}
+
+
 def _secret_and_volume_names(plan: Plan) -> tuple[set[str], set[str]]:
     secrets: set[str] = set()
     claims: set[str] = set()
@@ -70,6 +74,7 @@ def preflight(kube: Kube, plan: Plan) -> None:
     from cw_cli.k8s.queries import gather
 
     secrets, claims = _secret_and_volume_names(plan)
+    _check_priority_classes(kube, _priority_classes(plan))
     if not secrets and not claims:
         return
     # Every read at once (on a remote cluster each is a round trip); the checks below then
@@ -93,6 +98,25 @@ def preflight(kube: Kube, plan: Plan) -> None:
                 f"`hf_cache_volume`) does not exist in namespace {kube.namespace!r}",
                 hint=f"create it (kubectl -n {kube.namespace} get pvc lists the claims there), or name an existing one",
             )
+
+
+def _check_priority_classes(kube: Kube, names: set[str]) -> None:
+    """Refuse a PriorityClass that does not exist: the Job would be created and every pod refused.
+
+    A user who may not read PriorityClasses (cluster-scoped) is not stopped: the pods' refusal
+    is then explained by `cw status` as before.
+
+    Raises:
+        NotFound: The cluster has no PriorityClass of a name the config gives.
+    """
+    for name in sorted(names):
+        try:
+            found = kube.get("PriorityClass", name)
+        except Forbidden:
+            return
+        if found is None:
+            raise NotFound(f"PriorityClass {name!r} (the config's `priority_class`) does not exist on the cluster",
+                           hint="kubectl get priorityclasses lists them; name one, or leave priority_class out")  # fmt: skip
 
 
 def _namespace_readable_and_there(kube: Kube) -> bool:

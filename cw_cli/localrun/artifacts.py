@@ -22,6 +22,7 @@ from typing import Any
 
 from cw_cli.errors import ConfigError, Conflict, CwError, NotFound
 from cw_cli.frameworks.runtime_files import ARTIFACTS_FILE, runtime_file
+from cw_cli.render.artifact_choice import choose_source
 
 #: Where `cw ... --local` keeps a run's /checkpoints (cw_cli/cli/local_run.py).
 LOCAL_ROOT = "cw-local"
@@ -106,36 +107,6 @@ def list_local_artifacts(target: str, base: Path | None = None) -> dict[str, Any
     return dict(listing)
 
 
-def choose(listing: dict[str, Any], which: str) -> tuple[Path, bool]:
-    """The folder ``which`` names (``final``, ``latest``, a step number or ``export:NAME``), and
-    whether its subfolders belong to it (not for ``final``: those are the checkpoints).
-
-    Raises:
-        ConfigError: Not there (the message lists what is), or a checkpoint still being written.
-    """
-    items = listing.get("artifacts") or []
-    complete = [a for a in items if a["kind"] == "checkpoint" and a["complete"]]
-    there = ", ".join([*(f"checkpoint {a['step']}" for a in complete), *(a["kind"] for a in items if a["kind"] == "final"),
-                       *(f"export:{Path(a['path']).name}" for a in items if a["kind"] == "export")]) or "nothing yet"  # fmt: skip
-    chosen = None
-    if which == "final":
-        chosen = next((a for a in items if a["kind"] == "final"), None)
-    elif which == "latest":
-        chosen = complete[-1] if complete else None
-    elif which.startswith("export:"):
-        chosen = next((a for a in items if a["kind"] == "export" and Path(a["path"]).name == which[7:]), None)
-    elif re.fullmatch(r"[0-9]{1,11}", which):
-        chosen = next((a for a in items if a["kind"] == "checkpoint" and a["step"] == int(which)), None)
-        if chosen is not None and not chosen["complete"]:
-            raise ConfigError([f"checkpoint {which} is being written (no trainer_state.json yet): never half a checkpoint"],
-                              hint="download --checkpoint latest, or wait until it is complete")  # fmt: skip
-    else:
-        raise ConfigError([f"--checkpoint {which[:40]!r}: expected final, latest, a step number or export:NAME"])
-    if chosen is None:
-        raise ConfigError([f"the local run has no {which} to download; there: {there}"])
-    return Path(chosen["path"]), chosen["kind"] != "final"
-
-
 def _files(folder: Path, recursive: bool) -> list[Path]:
     if not recursive:
         return sorted(p.relative_to(folder) for p in folder.iterdir() if p.is_file() and not p.is_symlink())
@@ -179,7 +150,8 @@ def download_local(
         Conflict: ``dest`` holds other files.
         CwError: Not enough room, or a copy that differs from its source.
     """
-    source, recursive = choose(list_local_artifacts(target, base), which)
+    chosen = choose_source(list_local_artifacts(target, base), which)
+    source, recursive = Path(chosen.folder), not chosen.top
     dest = dest.expanduser()
     if dest.resolve().is_relative_to(source.resolve()):
         raise ConfigError([f"{dest} is inside {source}: the copy would copy itself"], hint="give a folder elsewhere")

@@ -9,7 +9,8 @@ import re
 import pytest
 
 from cw_cli.errors import ConfigError, Conflict, CwError
-from cw_cli.k8s.download import MARKER, _Marker, check_room, choose_source
+from cw_cli.k8s.download import MARKER, _Marker, check_room
+from cw_cli.render.artifact_choice import choose_source
 
 LISTING = {"artifacts": [
     {"kind": "checkpoint", "step": 10, "complete": True, "path": "/checkpoints/r/checkpoint-10"},
