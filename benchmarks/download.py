@@ -14,8 +14,8 @@ kubelet server and the real kube-apiserver to the client, the path a real cluste
   cw download, killed (SIGKILL) at --resume-at of the bytes, then run again: the second call's
   bytes sent and time (it must send only what was missing)
 
-Each row gives seconds, MB/s (10^6 bytes) and the peak RSS of the client process (wait4's
-ru_maxrss), and every downloaded file is compared with its source by SHA-256. Nothing is
+Each row gives seconds, MB/s (10^6 bytes) and the peak RSS of the client process (its
+VmHWM), and every downloaded file is compared with its source by SHA-256. Nothing is
 asserted: the figures go in the issue notes. Needs the test cluster (`cw cluster up`) and
 kubectl built from the same Kubernetes modules:
 `cd tools/k8s && go build -o ~/.cache/cw/bin/kubectl k8s.io/kubernetes/cmd/kubectl`.
@@ -92,21 +92,32 @@ def check(dest: Path, hashes: dict[str, str]) -> bool:
 
 def timed(argv: list[str], env: dict[str, str], kill_after_bytes: tuple[Path, int] | None = None) -> tuple[float, float, int]:
     """(seconds, peak RSS in MiB, exit status) of one client process; optionally SIGKILLed once
-    ``kill_after_bytes[0]`` holds that many bytes."""
+    ``kill_after_bytes[0]`` holds that many bytes.
+
+    The peak is the process's own VmHWM, read from /proc every 20 ms until it exits: wait4's
+    ru_maxrss also counts the memory of this (larger) Python between fork and exec.
+    """
     started = time.perf_counter()
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    if kill_after_bytes is not None:
-        folder, limit = kill_after_bytes
-        while process.poll() is None and _bytes_in(folder) < limit:
-            time.sleep(0.05)
-        if process.poll() is None:
+    peak = 0
+    while process.poll() is None:
+        peak = max(peak, _high_water_kib(process.pid))
+        if kill_after_bytes is not None and _bytes_in(kill_after_bytes[0]) >= kill_after_bytes[1]:
             process.send_signal(signal.SIGKILL)
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
+            kill_after_bytes = None
+        time.sleep(0.02)
     elapsed = time.perf_counter() - started
     if process.returncode not in (0, -signal.SIGKILL) and process.stderr is not None:
         sys.stderr.write(process.stderr.read().decode(errors="replace")[-2000:])
-    return elapsed, usage.ru_maxrss / 1024, process.returncode
+    return elapsed, peak / 1024, process.returncode
+
+
+def _high_water_kib(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
 
 
 def _bytes_in(folder: Path) -> int:
