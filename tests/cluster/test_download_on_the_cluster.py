@@ -77,6 +77,17 @@ def test_what_cannot_be_downloaded_is_refused_and_writes_nothing(kube_api, names
     assert gone.returncode == 4 and "checkpoint volume ckpts is being deleted" in gone.stderr, gone.stderr
 
 
+def _bytes_in(folder: Path) -> int:
+    """Bytes of the files in ``folder`` now (a .partial may be renamed between listing and stat)."""
+    total = 0
+    for path in folder.glob("*") if folder.exists() else []:
+        try:
+            total += path.stat().st_size
+        except FileNotFoundError:
+            continue
+    return total
+
+
 def _peak_rss_kib(pid: int) -> int:
     try:
         status = Path(f"/proc/{pid}/status").read_text()
@@ -112,7 +123,7 @@ def test_hundreds_of_mb_arrive_whole_at_flat_memory_and_sigterm_removes_the_read
     argv = [sys.executable, "-m", "cw_cli", "download", "arts", str(dest), "--checkpoint", "latest", "-n", namespace]
     first = subprocess.Popen(argv, env=cw_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline, peak = time.monotonic() + 180, 0
-    while sum(p.stat().st_size for p in dest.glob("*.partial")) < 60 * 2**20 and first.poll() is None:
+    while _bytes_in(dest) < 60 * 2**20 and first.poll() is None:
         assert time.monotonic() < deadline, "the download did not start"
         peak = max(peak, _peak_rss_kib(first.pid))
         time.sleep(0.02)
