@@ -62,7 +62,12 @@ def artifacts_command(run: str, local: bool, namespace: str | None, context: str
         listing = list_local_artifacts(run)
     else:
         check_run_argument(run)
-        listing = api.Session(context=context, namespace=namespace).run(run).artifacts()
+        from cw_cli.cli.heartbeat import Heartbeat
+        from cw_cli.cli.interrupts import termination_as_interrupt
+
+        # SIGTERM removes the reader pod as Ctrl-C does; a line every 30 s on a pipe while it starts.
+        with termination_as_interrupt(), Heartbeat(f"reading run {run}'s volume in a reader pod"):
+            listing = api.Session(context=context, namespace=namespace).run(run).artifacts()
     if output != "table":
         click.echo(dump(listing, output), nl=False)
         return
