@@ -78,7 +78,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "cluster": (
         "cw_cli.cli.cluster:cluster_group",
-        "Local Kubernetes test cluster: real control plane on 127.0.0.1 with fake GPU nodes (KWOK).",
+        "The test cluster: a real Kubernetes control plane on 127.0.0.1 with fake GPU nodes (KWOK).",
     ),
     "completion": (
         "cw_cli.cli.info:completion_command",

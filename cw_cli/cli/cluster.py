@@ -16,7 +16,7 @@ from cw_cli.cli.output import out as _out
 
 @click.group("cluster", no_args_is_help=True)
 def cluster_group() -> None:
-    """Local Kubernetes test cluster: real control plane on 127.0.0.1 with fake GPU nodes (KWOK)."""
+    """The test cluster: a real Kubernetes control plane on 127.0.0.1 with fake GPU nodes (KWOK)."""
 
 
 _STATE_HELP = "State folder (default: $CW_CLUSTER_DIR or ~/.cache/cw/cluster)."
