@@ -12,9 +12,9 @@ import string
 
 import pytest
 import yaml
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from cw_cli.render.export import (
     MAX_JOB_NAME,
