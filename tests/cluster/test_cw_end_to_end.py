@@ -46,8 +46,8 @@ def write_config(tmp_path: Path, data: dict, name: str = "run.yaml") -> Path:
     return path
 
 
-def completed_job(api: client.ApiClient, namespace: str, name: str, timeout: float = 60) -> client.V1Job:
-    """The Job once its terminal ``Complete`` condition is set, to read its counts.
+def completed_job(api: client.ApiClient, namespace: str, name: str, timeout: float = 60, condition: str = "Complete") -> client.V1Job:
+    """The Job once its terminal ``condition`` (``Complete``, or ``Failed``) is set, to read its counts.
 
     `cw --wait` ends at ``SuccessCriteriaMet``, which the Job controller sets one status update
     before the one that moves the pod from ``uncountedTerminatedPods`` into ``status.succeeded``
@@ -59,7 +59,7 @@ def completed_job(api: client.ApiClient, namespace: str, name: str, timeout: flo
 
     def complete() -> client.V1Job | None:
         job = batch.read_namespaced_job(name, namespace)
-        return job if any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or []) else None
+        return job if any(c.type == condition and c.status == "True" for c in job.status.conditions or []) else None
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -67,7 +67,7 @@ def completed_job(api: client.ApiClient, namespace: str, name: str, timeout: flo
         if job is not None:
             return job
         time.sleep(0.25)
-    raise AssertionError(f"Job {name} not Complete after {timeout} s: {batch.read_namespaced_job(name, namespace).status}")
+    raise AssertionError(f"Job {name} not {condition} after {timeout} s: {batch.read_namespaced_job(name, namespace).status}")
 
 
 def run_objects(api: client.ApiClient, namespace: str, run: str) -> list[str]:
@@ -370,7 +370,7 @@ def test_wait_exits_1_when_the_run_fails(kube_api, namespace, cw_env, tmp_path):
     result = run_cw(cw_env, "trl", "sft", str(config), "--gpu", "1", "--name", "failing", "-n", namespace, "--wait")
     assert result.returncode == 1, result.stderr
     assert "run failed" in result.stderr and "Traceback" not in result.stderr
-    job = client.BatchV1Api(kube_api).read_namespaced_job("failing-trainer", namespace)
+    job = completed_job(kube_api, namespace, "failing-trainer", condition="Failed")  # cw ends at FailureTarget, one update sooner
     assert job.status.failed == 1
 
 

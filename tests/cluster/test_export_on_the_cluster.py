@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kubernetes import client
 from test_artifacts_on_the_cluster import _route_exec
-from test_cw_end_to_end import SFT_CONFIG, create_bound_volumes, run_cw, write_config
+from test_cw_end_to_end import SFT_CONFIG, completed_job, create_bound_volumes, run_cw, write_config
 
 from cw_cli.render.export import ExportChoice, export_name
 
@@ -56,7 +56,7 @@ def test_a_finished_run_is_exported_merged_by_a_job_that_takes_over_its_volume(k
     assert name.startswith("ex-export-final-merged-to-")  # one Job per destination: a plain export may exist already
     assert f"export {name} started: /checkpoints/ex/outputs/sft/exported/" in done.stderr
     batch, core = client.BatchV1Api(kube_api), client.CoreV1Api(kube_api)
-    job = batch.read_namespaced_job(name, namespace)
+    job = completed_job(kube_api, namespace, name)  # --wait ends at SuccessCriteriaMet, one update before the counts
     assert job.status.succeeded == 1
     pod = job.spec.template.spec
     trainer = batch.read_namespaced_job("ex-trainer", namespace).spec.template.spec.containers[0]

@@ -23,7 +23,7 @@ ROLE_LAYERS = ("k8s", "render", "api.py", "cli", "localrun")
 #: (file, word): the same word, not a role.
 NOT_ROLES = {
     ("k8s/kubeconfig.py", "server"): "the kubeconfig cluster's `server` field",
-    ("k8s/download.py", "export"): "the artifact kind `cw_artifacts.py` lists",
+    ("render/artifact_choice.py", "export"): "the artifact kind `cw_artifacts.py` lists",
     ("cli/app.py", "export"): "the command's name",
     ("cli/export.py", "export"): "the command's name",
     ("cli/artifacts.py", "reward"): "the `reward` metric a checkpoint logged",
