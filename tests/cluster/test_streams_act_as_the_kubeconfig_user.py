@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import yaml
 from kubernetes import client
-from test_artifacts_on_the_cluster import _route_exec, _volume
-from test_cw_end_to_end import create_bound_volumes, run_cw, write_config
-from test_try_and_serve_on_the_cluster import KEPT, _route_port_forward, chat_server  # noqa: F401 - a fixture
+from test_cw_end_to_end import run_cw
+from test_try_and_serve_on_the_cluster import _launch, _route_port_forward, chat_server  # noqa: F401 - a fixture
 
 #: What `cw artifacts`, `download` and `try` need besides the streams themselves.
 BESIDES_STREAMS = [
@@ -61,15 +60,6 @@ def _role(api, namespace: str, user: str, rules: list[dict]) -> None:
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
         })  # fmt: skip
     _settled(api, namespace, user, rules)
-
-
-def _launch(api, namespace, env, tmp_path) -> None:
-    create_bound_volumes(api, namespace, "ckpts")
-    launched = run_cw(env, "trl", "sft", str(write_config(tmp_path, KEPT)), "--name", "arts", "-n", namespace, "--wait",
-                      timeout=180)  # fmt: skip
-    assert launched.returncode == 0, launched.stderr
-    _volume(tmp_path / "volume")
-    _route_exec(api, namespace, "arts-reader", tmp_path / "volume")
 
 
 def test_exec_goes_as_the_impersonated_user(kube_cluster, kube_api, namespace, cw_env, tmp_path):
