@@ -87,3 +87,14 @@ def read_plain_file(path: str | Path, limit: int) -> bytes:
 
 def _size(count: int) -> str:
     return f"{count / 2**20:,.1f} MiB" if count >= 2**20 else f"{count:,} bytes"
+
+
+def sha256_of(path: str | Path) -> str:
+    """The SHA-256 of a whole file, read in 4 MiB blocks (a model shard is never held in memory)."""
+    import hashlib  # here: this module is on every command's path (the kubeconfig), hashing only on downloads
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -27,6 +27,7 @@ from cw_cli.errors import ConfigError, Conflict, CwError
 from cw_cli.frameworks.runtime_files import ARTIFACTS_FILE, FETCH_FILE
 from cw_cli.k8s.artifacts import Reader, reader
 from cw_cli.k8s.connection import Kube
+from cw_cli.plain_files import sha256_of
 from cw_cli.render.artifact_choice import Source, choose_source
 
 #: The record in DEST of what is being downloaded there, so a second call can go on.
@@ -78,7 +79,7 @@ class _Marker:
             return False
         if info.st_size != item["size"]:
             return False
-        return info.st_mtime_ns == record.get("local_mtime_ns") or _sha256_of(local) == record.get("sha256")
+        return info.st_mtime_ns == record.get("local_mtime_ns") or sha256_of(local) == record.get("sha256")
 
     def record(self, item: dict[str, Any], sha256: str, local: Path) -> None:
         """Note a verified file (written at once: a kill a moment later keeps it)."""
@@ -243,14 +244,6 @@ def _fetch(pod: Reader, source: Source, dest: Path, item: dict[str, Any], marker
                       hint="run the same download again: it starts that file over")  # fmt: skip
     os.replace(partial, local)
     marker.record(item, digest.hexdigest(), local)
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _inside(root: Path, path: Path) -> bool:

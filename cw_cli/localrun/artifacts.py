@@ -22,6 +22,7 @@ from typing import Any
 
 from cw_cli.errors import ConfigError, Conflict, CwError, NotFound
 from cw_cli.frameworks.runtime_files import ARTIFACTS_FILE, runtime_file
+from cw_cli.plain_files import sha256_of
 from cw_cli.render.artifact_choice import choose_source
 
 #: Where `cw ... --local` keeps a run's /checkpoints (cw_cli/cli/local_run.py).
@@ -113,14 +114,6 @@ def _files(folder: Path, recursive: bool) -> list[Path]:
     return sorted(p.relative_to(folder) for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _claim(dest: Path, origin: dict[str, str]) -> None:
     if dest.exists() and not dest.is_dir():
         raise Conflict(f"{dest} exists and is not a folder", hint="give a new folder")
@@ -163,7 +156,7 @@ def download_local(
         raise ConfigError([f"{dest}: cannot write there ({exc.strerror or exc})"], hint="give a folder you can write") from None
     have = {name: sizes[name] for name in names
             if (dest / name).is_file() and (dest / name).stat().st_size == sizes[name]
-            and _sha256(dest / name) == _sha256(source / name)}  # fmt: skip
+            and sha256_of(dest / name) == sha256_of(source / name)}  # fmt: skip
     total, resumed = sum(sizes.values()), sum(have.values())
     free = shutil.disk_usage(dest).free
     if total - resumed > free:
@@ -188,7 +181,7 @@ def _copy_verified(source: Path, dest: Path, progress: Callable[[int], None]) ->
             digest.update(block)
             writer.write(block)
             progress(len(block))
-    if partial.stat().st_size != source.stat().st_size or _sha256(partial) != digest.hexdigest():
+    if partial.stat().st_size != source.stat().st_size or sha256_of(partial) != digest.hexdigest():
         partial.unlink(missing_ok=True)
         raise CwError(f"{dest} arrived different from {source} (size or SHA-256): nothing was kept", hint="run it again")
     partial.replace(dest)
