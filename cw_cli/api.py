@@ -34,11 +34,11 @@ from cw_cli.labels import SERVE, SERVER_ROLES, TRAINER
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a call needs the cluster
     import threading
 
+    from cw_cli.client.connection import Kube
     from cw_cli.config.models import ClusterSpec
     from cw_cli.config.yaml_source import YamlSource
     from cw_cli.estimate.from_config import RunEstimate
     from cw_cli.frameworks.registry import FrameworkRegistry
-    from cw_cli.k8s.connection import Kube
     from cw_cli.k8s.run_view import RunView
     from cw_cli.k8s.submit import LaunchResult
     from cw_cli.render.plan import Plan, RunRequest
@@ -662,7 +662,7 @@ class Run(Struct):
             NotFound: No such run.
             ConfigError: The run kept its outputs on no volume.
         """
-        from cw_cli.k8s.artifacts import read_artifacts
+        from cw_cli.after_training.artifacts import read_artifacts
 
         return read_artifacts(self.session.kube, self.name)
 
@@ -685,7 +685,7 @@ class Run(Struct):
             ConfigError: Nothing of that name, or a checkpoint still being written.
             Conflict: ``dest`` holds other files.
         """
-        from cw_cli.k8s.download import check_destination, download
+        from cw_cli.after_training.download import check_destination, download
 
         check_destination(Path(dest))  # a bad destination is the user's (exit 2), before the cluster is asked
         return download(self.session.kube, self.name, str(checkpoint), Path(dest).expanduser(),
@@ -700,8 +700,8 @@ class Run(Struct):
             ConfigError: No such model, a bad ``ttl`` or ``gpu``.
             Conflict: The run's server is up already.
         """
+        from cw_cli.after_training.serving import start_server
         from cw_cli.config.quantity import parse_duration
-        from cw_cli.k8s.serving import start_server
 
         if not 0 <= gpu <= 64:
             raise ConfigError([f"--gpu {gpu}: expected 0 to 64"])
@@ -715,8 +715,8 @@ class Run(Struct):
             NotFound: No such run, or its volume is gone.
             ConfigError: No such model, an adapter the server cannot load, a bad ``ttl`` or ``gpu``.
         """
+        from cw_cli.after_training.serving import server_manifests
         from cw_cli.config.quantity import parse_duration
-        from cw_cli.k8s.serving import server_manifests
 
         if not 0 <= gpu <= 64:
             raise ConfigError([f"--gpu {gpu}: expected 0 to 64"])
@@ -731,7 +731,7 @@ class Run(Struct):
         Returns:
             The model's answer.
         """
-        from cw_cli.k8s.serving import ask, stop_server, wait_ready
+        from cw_cli.after_training.serving import ask, stop_server, wait_ready
 
         if not question.strip():
             raise ConfigError(["the question is empty"], hint='cw try RUN "What is 2 + 2?"')
@@ -765,7 +765,7 @@ class Run(Struct):
         """
         import threading
 
-        from cw_cli.k8s.serving import forward, wait_ready
+        from cw_cli.after_training.serving import forward, wait_ready
 
         name = f"{self.name}-{SERVE}"
         progress(f"waiting until server {name} is Ready")
@@ -802,8 +802,8 @@ class Run(Struct):
             NotFound: No such run.
             Conflict: The same export exists already.
         """
+        from cw_cli.after_training.export import create_export, export_facts
         from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
-        from cw_cli.k8s.export import create_export, export_facts
         from cw_cli.render.export import ExportChoice, check_choice, listing_problems
 
         try:
@@ -896,7 +896,7 @@ class Session:
             ClusterUnreachable: No kubeconfig, or the API server does not answer.
         """
         if self._kube is None:
-            from cw_cli.k8s.connection import ClusterTarget, connect
+            from cw_cli.client.connection import ClusterTarget, connect
 
             self._kube = connect(ClusterTarget(context=self.context, namespace=self._namespace, kubeconfig=self.kubeconfig))
         return self._kube

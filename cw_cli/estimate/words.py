@@ -2,7 +2,7 @@
 
 A framework (built-in or plugin) describes its own keys once, as a :class:`ConfigWords`; the
 memory estimate writes its suggestions with them (:func:`cw_cli.estimate.from_config.config_changes`)
-and ``cw status`` its advice for a failed run (:mod:`cw_cli.k8s.diagnose`: a CUDA out-of-memory
+and ``cw status`` its advice for a failed run (:mod:`cw_cli.diagnosis.diagnose`: a CUDA out-of-memory
 error, a deadline). Neutral on purpose: nothing here knows a framework by name.
 """
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from cw_cli.client.connection import Kube
 from cw_cli.errors import Forbidden, NotFound
-from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.queries import creation_time
 from cw_cli.labels import GPU_RESOURCE, KUEUE_QUEUE_LABEL, LIFETIME_ANNOTATION
 

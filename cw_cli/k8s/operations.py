@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
+from cw_cli.client.connection import Kube
 from cw_cli.errors import NotFound, Rejected, RunFailed, WaitTimeout
-from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.explanations import explain_pending, pods_refused
 from cw_cli.k8s.queries import find_pod, run_objects, run_selector
 from cw_cli.labels import TRAINER

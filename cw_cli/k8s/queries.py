@@ -13,8 +13,8 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+from cw_cli.client.connection import Kube
 from cw_cli.errors import ConfigError, CwError, Forbidden, NotFound
-from cw_cli.k8s.connection import Kube
 from cw_cli.labels import (
     COMPLETION_INDEX_ANNOTATION,
     KINDS_ANNOTATION,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
+from cw_cli.client.connection import Kube
 from cw_cli.errors import NotFound
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
-from cw_cli.k8s.connection import Kube
 from cw_cli.render.workload import OWNERS
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from msgspec import Struct, field
 
-from cw_cli.k8s.connection import Kube
-from cw_cli.k8s.diagnose import Explanation, diagnose, log_requests, summary
+from cw_cli.client.connection import Kube
+from cw_cli.diagnosis.diagnose import Explanation, diagnose, log_requests, summary
 from cw_cli.k8s.queries import RUN_KINDS, LogKey, creation_time, read_logs, run_objects, run_selector
 from cw_cli.labels import (
     NAME_LABEL,

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from cw_cli.client.connection import Kube
+from cw_cli.diagnosis.diagnose import preemption_events
 from cw_cli.errors import NotFound
-from cw_cli.k8s.connection import Kube
-from cw_cli.k8s.diagnose import preemption_events
 from cw_cli.k8s.explanations import (
     explain_pending,
     failed_create_events,

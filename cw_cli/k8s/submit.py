@@ -10,8 +10,8 @@ from typing import Any
 
 from msgspec import Struct, field
 
+from cw_cli.client.connection import Kube
 from cw_cli.errors import ClusterUnreachable, Conflict, CwError, Forbidden, Interrupted, NotFound, Rejected, WaitTimeout
-from cw_cli.k8s.connection import Kube
 from cw_cli.render.jobset import child_job_name
 from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S, Plan
 from cw_cli.render.workload import OWNERS

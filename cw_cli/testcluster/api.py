@@ -1,4 +1,4 @@
-"""The test cluster's admin client: cw's own :class:`~cw_cli.k8s.connection.Kube`, not a second one.
+"""The test cluster's admin client: cw's own :class:`~cw_cli.client.connection.Kube`, not a second one.
 
 Built straight from the cluster's PKI (admin client certificate and CA), so it needs no
 kubeconfig file. Requests that probe readiness use short timeouts: a component that is not up
@@ -17,10 +17,10 @@ from typing import Any
 
 import yaml
 
+from cw_cli.client.connection import Kube
+from cw_cli.client.kubeconfig import Credentials
+from cw_cli.client.transport import Transport
 from cw_cli.errors import Conflict, CwError, NotFound
-from cw_cli.k8s.connection import Kube
-from cw_cli.k8s.kubeconfig import Credentials
-from cw_cli.k8s.transport import Transport
 
 from .errors import StartError
 from .pki import Pki
@@ -40,7 +40,7 @@ def admin_client(server: str, pki: Pki, namespace: str = "default") -> Kube:
 
     Raises:
         OSError: A PKI file cannot be read.
-        cw_cli.k8s.kubeconfig.KubeconfigError: The certificates are not usable PEM.
+        cw_cli.client.kubeconfig.KubeconfigError: The certificates are not usable PEM.
     """
     credentials = Credentials(
         server=server,

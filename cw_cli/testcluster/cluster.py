@@ -23,8 +23,8 @@ import yaml
 from msgspec import Struct, field
 from msgspec.structs import asdict
 
+from cw_cli.client.kubeconfig import KubeconfigError
 from cw_cli.errors import ClusterUnreachable, CwError
-from cw_cli.k8s.kubeconfig import KubeconfigError
 from cw_cli.labels import GPU_RESOURCE
 from cw_cli.plain_files import read_plain_file
 
@@ -44,7 +44,7 @@ from .pki import CertPair, Pki, generate_pki, load_pki
 from .volumes import DEFAULT_CLAIM, DEFAULT_NAMESPACE, volume_manifests
 
 if TYPE_CHECKING:
-    from cw_cli.k8s.connection import Kube
+    from cw_cli.client.connection import Kube
 
 MARKER = ".cw-local-cluster"
 STATE_FILE = "cluster.json"

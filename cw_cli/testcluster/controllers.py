@@ -23,8 +23,8 @@ from . import api
 from .errors import StartError
 
 if TYPE_CHECKING:
-    from cw_cli.k8s.connection import Kube
-    from cw_cli.k8s.transport import Transport
+    from cw_cli.client.connection import Kube
+    from cw_cli.client.transport import Transport
 
 
 def _pointer(path: str) -> list[str | int]:

@@ -1,6 +1,6 @@
 """cw's two client paths give the same answers against the real API server, proxies included.
 
-The light path reads the kubeconfig itself (cw_cli.k8s.kubeconfig); the fallback lets the official
+The light path reads the kubeconfig itself (cw_cli.client.kubeconfig); the fallback lets the official
 ``kubernetes`` client load the same kubeconfig (``connection._connect_with_official_client``, what
 ``connect()`` does for an ``auth-provider``). Both send through cw's transport, which picks a proxy
 as kubectl does: the kubeconfig's ``proxy-url``, else ``HTTPS_PROXY`` unless ``NO_PROXY`` names the
@@ -27,10 +27,10 @@ import pytest
 import yaml
 from test_cw_end_to_end import run_cw
 
+from cw_cli.client import connection
+from cw_cli.client import kubeconfig as kc
+from cw_cli.client.connection import ClusterTarget, Kube
 from cw_cli.errors import Conflict, NotFound
-from cw_cli.k8s import connection
-from cw_cli.k8s import kubeconfig as kc
-from cw_cli.k8s.connection import ClusterTarget, Kube
 
 PATHS = ["light", "official"]
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy")

@@ -15,8 +15,8 @@ from pathlib import Path
 import yaml
 from test_cw_end_to_end import GRPO_CONFIG, SFT_CONFIG, run_cw, write_config
 
+from cw_cli.client.connection import FIELD_MANAGER, ClusterTarget, connect
 from cw_cli.errors import NotFound
-from cw_cli.k8s.connection import FIELD_MANAGER, ClusterTarget, connect
 
 #: Every kind cw may create for a run.
 RUN_KINDS = ("Job", "JobSet", "Deployment", "Service", "ConfigMap", "NetworkPolicy", "ServiceAccount", "Role", "RoleBinding")

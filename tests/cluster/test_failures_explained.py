@@ -288,7 +288,7 @@ def test_a_trainer_preempted_by_the_scheduler_is_explained(kube_api, namespace, 
 def _status_with_event_reads(kube_cluster, namespace: str, run: str):
     """`run_status` of ``run``, and the field selectors of the events it listed (each a scan of
     the namespace's events in etcd: the API server keeps no cache of events)."""
-    from cw_cli.k8s.connection import ClusterTarget, connect
+    from cw_cli.client.connection import ClusterTarget, connect
     from cw_cli.k8s.status import run_status
 
     kube = connect(ClusterTarget(context=kube_cluster.context, namespace=namespace, kubeconfig=str(kube_cluster.kubeconfig)))
@@ -342,7 +342,7 @@ def test_status_reads_the_runs_config_map_and_network_policy_by_name_not_by_scan
 ):
     """One ConfigMap and one NetworkPolicy per run: a label-selected list of them scans every run's;
     status reads them by name, and keeps only what carries the run's labels."""
-    from cw_cli.k8s.connection import ClusterTarget, connect
+    from cw_cli.client.connection import ClusterTarget, connect
     from cw_cli.k8s.status import run_status
 
     for run in ("named", "other"):

@@ -14,9 +14,9 @@ from kubernetes.client.rest import ApiException
 from test_artifacts_on_the_cluster import _route_exec, _volume
 from test_cw_end_to_end import SFT_CONFIG, create_bound_volumes, run_cw, write_config
 
+from cw_cli.after_training.helper_pods import reader_placement, wait_running
+from cw_cli.client.connection import ClusterTarget, connect
 from cw_cli.errors import Conflict
-from cw_cli.k8s.connection import ClusterTarget, connect
-from cw_cli.k8s.helper_pods import reader_placement, wait_running
 from cw_cli.render.helper_pods import ReaderPlacement, ServedModel, ServeSpec, reader_manifest, server_manifests
 
 KEPT = {**SFT_CONFIG, "checkpoint_volume": "ckpts", "output_dir": "outputs/sft", "gpu": 1}

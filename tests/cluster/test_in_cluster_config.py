@@ -10,10 +10,10 @@ import pytest
 import yaml
 from kubernetes import client
 
+from cw_cli.client import kubeconfig as kc
+from cw_cli.client.connection import ClusterTarget, Kube, connect
+from cw_cli.client.transport import Transport
 from cw_cli.errors import Forbidden
-from cw_cli.k8s import kubeconfig as kc
-from cw_cli.k8s.connection import ClusterTarget, Kube, connect
-from cw_cli.k8s.transport import Transport
 
 
 def _service_account_folder(api: client.ApiClient, namespace: str, kubeconfig, folder) -> dict[str, str]:

@@ -22,7 +22,7 @@ from test_cw_end_to_end import GRPO_CONFIG, SFT_CONFIG, reject_config_maps_conta
 _RACER = textwrap.dedent(
     """
     import sys
-    import cw_cli.cli.app, cw_cli.config.loader, cw_cli.render.plan, cw_cli.k8s.submit, cw_cli.k8s.connection
+    import cw_cli.cli.app, cw_cli.config.loader, cw_cli.render.plan, cw_cli.k8s.submit, cw_cli.client.connection
     import kubernetes.client, kubernetes.config
     args = sys.argv[1:]
     print("ready", flush=True)

@@ -1,4 +1,4 @@
-"""cw's standard-library transport (cw_cli.k8s.transport) against the real API server.
+"""cw's standard-library transport (cw_cli.client.transport) against the real API server.
 
 The kubeconfigs here are written by the tests: the cluster's own (client certificate), a
 ServiceAccount token from the TokenRequest API (as ``token``, ``tokenFile``, an exec plugin, and
@@ -24,11 +24,11 @@ import pytest
 import yaml
 from kubernetes import client
 
+from cw_cli.client import connection
+from cw_cli.client import kubeconfig as kc
+from cw_cli.client.connection import ClusterTarget, Kube, connect
+from cw_cli.client.transport import Transport
 from cw_cli.errors import ClusterUnreachable, Conflict, Forbidden, NotFound
-from cw_cli.k8s import connection
-from cw_cli.k8s import kubeconfig as kc
-from cw_cli.k8s.connection import ClusterTarget, Kube, connect
-from cw_cli.k8s.transport import Transport
 
 SA = "cw-light"
 OFFICIAL_FALLBACK = connection._connect_with_official_client
@@ -124,7 +124,7 @@ def _whoami(credentials: kc.Credentials) -> str:
 def test_a_client_certificate_is_read_from_memory_and_never_written_to_disk(admin_credentials, monkeypatch, tmp_path):
     import tempfile
 
-    from cw_cli.k8s import transport
+    from cw_cli.client import transport
 
     def no_file(*args):
         raise AssertionError("the client key was written to a temp file")
@@ -141,7 +141,7 @@ def test_without_memfd_the_client_certificate_goes_through_a_private_temp_file_r
 ):
     import tempfile
 
-    from cw_cli.k8s import transport
+    from cw_cli.client import transport
 
     from_memory = _whoami(admin_credentials)
     monkeypatch.delattr(transport.os, "memfd_create")
@@ -163,7 +163,7 @@ def test_without_memfd_the_client_certificate_goes_through_a_private_temp_file_r
 def test_a_client_key_that_is_not_a_key_is_a_kubeconfig_error(admin_credentials, monkeypatch, memfd):
     from msgspec.structs import replace
 
-    from cw_cli.k8s.transport import ssl_context
+    from cw_cli.client.transport import ssl_context
 
     if not memfd:
         monkeypatch.delattr("os.memfd_create")
@@ -372,7 +372,7 @@ def test_an_ascii_server_name_reaches_the_api_server_without_the_idna_codec(admi
         path = write_kubeconfig(tmp_path / name, admin_credentials, {"token": sa_token}, server=server,
                                 **({"tls-server-name": "kubernetes.default"} if name == "dns" else {}))  # fmt: skip
         probe = (
-            "import sys; from cw_cli.k8s.connection import ClusterTarget, connect; "
+            "import sys; from cw_cli.client.connection import ClusterTarget, connect; "
             f"kube = connect(ClusterTarget(namespace={namespace!r}, kubeconfig={str(path)!r})); "
             "kube.list('ConfigMap'); print(sorted(m for m in sys.modules if 'idna' in m))"
         )

@@ -106,8 +106,8 @@ def test_port_forward_goes_as_the_impersonated_user(kube_cluster, kube_api, name
 def test_an_exec_into_a_pod_that_is_gone_is_one_line_with_its_exit_code(kube_cluster, namespace, tmp_path):
     """The stream's failures through cw's api, without a reader pod: no such pod is exit 4."""
     from cw_cli import api
+    from cw_cli.client.channels import exec_in_pod
     from cw_cli.errors import NotFound
-    from cw_cli.k8s.channels import exec_in_pod
 
     session = api.Session(kubeconfig=str(kube_cluster.kubeconfig), namespace=namespace)
     try:

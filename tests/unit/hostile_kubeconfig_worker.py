@@ -22,8 +22,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cw_cli.client.connection import ClusterTarget, connect
 from cw_cli.errors import ClusterUnreachable, ConfigError, CwError
-from cw_cli.k8s.connection import ClusterTarget, connect
 
 PAYLOADS = ["t\r\nX-Injected: 1", "t\r\n\tX-Injected: 1", "t\nX-Injected: 1", "t\rX-Injected: 1", "t\x00", "t\t", "t\x7f",
             "é", "用户", "\u2028", "a" * 200_000, "", " ", "-", "*", "&a", "0123", "yes", "true", "null", "[a]", "{a: b}",

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from cw_cli.client.connection import ClusterTarget, connect
 from cw_cli.config.models import ClusterSpec
 from cw_cli.errors import ConfigError
-from cw_cli.k8s.connection import ClusterTarget, connect
 from cw_cli.k8s.queries import run_selector, sweep_runs
 from cw_cli.render.naming import validate_run_name
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cw_cli.after_training.serving import ServerFailed, _complete, _completion
+from cw_cli.client.channels import exit_code_of
 from cw_cli.errors import CwError, ExitCode
-from cw_cli.k8s.channels import exit_code_of
-from cw_cli.k8s.serving import ServerFailed, _complete, _completion
 
 COMPLETION = json.dumps({"choices": [{"message": {"content": "4"}}]}).encode()
 

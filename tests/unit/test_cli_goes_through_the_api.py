@@ -19,24 +19,32 @@ from unit_helpers import REPO
 RUN_COMMAND_MODULES = ("runs.py", "artifacts.py", "download.py", "export.py", "serve.py", "metrics.py", "estimate.py")
 
 
+#: The packages that talk to a cluster: its client, the reads and writes of runs, the after-training features.
+CLUSTER_PACKAGES = ("k8s", "client", "after_training")
+
+
+def _is_cluster_module(name: str) -> bool:
+    return any(name == f"cw_cli.{package}" or name.startswith(f"cw_cli.{package}.") for package in CLUSTER_PACKAGES)
+
+
 def k8s_imports(source: str) -> list[str]:
-    """Every import of ``cw_cli.k8s`` (or of a module under it) in ``source``, as written."""
+    """Every import of a cluster package (or of a module under one) in ``source``, as written."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names if alias.name == "cw_cli.k8s" or alias.name.startswith("cw_cli.k8s.")]
+            found += [alias.name for alias in node.names if _is_cluster_module(alias.name)]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "cw_cli.k8s" or node.module.startswith("cw_cli.k8s."):
+            if _is_cluster_module(node.module):
                 found.append(node.module)
-            elif node.module == "cw_cli" and any(alias.name == "k8s" for alias in node.names):
-                found.append("cw_cli.k8s")
+            elif node.module == "cw_cli":
+                found += [f"cw_cli.{alias.name}" for alias in node.names if alias.name in CLUSTER_PACKAGES]
     return found
 
 
 def test_the_check_sees_every_way_to_import_the_cluster_layer():
     source = (
-        "import cw_cli.k8s.connection\n"
-        "from cw_cli import k8s, api\n"
+        "import cw_cli.client.connection\n"
+        "from cw_cli import k8s, api, after_training\n"
         "def command():\n"
         "    from cw_cli.k8s.status import run_status\n"
         "if TYPE_CHECKING:\n"
@@ -44,7 +52,9 @@ def test_the_check_sees_every_way_to_import_the_cluster_layer():
         "from cw_cli import api\n"
         "from cw_cli.cli.options import namespace_option\n"
     )
-    assert k8s_imports(source) == ["cw_cli.k8s.connection", "cw_cli.k8s", "cw_cli.k8s.status", "cw_cli.k8s"]
+    assert k8s_imports(source) == [
+        "cw_cli.client.connection", "cw_cli.k8s", "cw_cli.after_training", "cw_cli.k8s.status", "cw_cli.k8s"
+    ]
 
 
 @pytest.mark.parametrize("module", RUN_COMMAND_MODULES)

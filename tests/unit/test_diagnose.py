@@ -1,4 +1,4 @@
-"""cw_cli.k8s.diagnose: why a run died, from pod/Job/JobSet status as the API server returns it
+"""cw_cli.diagnosis.diagnose: why a run died, from pod/Job/JobSet status as the API server returns it
 and real log tails (texts taken from torch, huggingface_hub, transformers and Kubernetes)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from cw_cli.diagnosis.diagnose import diagnose, explain_log, explain_owner, explain_pod, log_requests, summary
 from cw_cli.frameworks.trl import TRL_WORDS
-from cw_cli.k8s.diagnose import diagnose, explain_log, explain_owner, explain_pod, log_requests, summary
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -287,7 +287,7 @@ def test_inputs_are_not_modified():
 
 
 def test_preemption_events_explain_pods_that_are_gone():
-    from cw_cli.k8s.diagnose import preemption_events
+    from cw_cli.diagnosis.diagnose import preemption_events
 
     def event(pod: str, reason: str = "Preempted") -> dict:
         # The scheduler's text (pkg/scheduler/framework/preemption/executor.go, k8s v1.36.3).

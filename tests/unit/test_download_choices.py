@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from cw_cli.after_training.download import MARKER, _Marker, check_room
 from cw_cli.errors import ConfigError, Conflict, CwError
-from cw_cli.k8s.download import MARKER, _Marker, check_room
 from cw_cli.render.artifact_choice import choose_source
 
 LISTING = {"artifacts": [

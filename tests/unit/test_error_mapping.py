@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from cw_cli.client.connection import error_for_status
 from cw_cli.errors import ClusterUnreachable, Conflict, CwError, ExitCode, Forbidden, NotFound, Rejected
-from cw_cli.k8s.connection import error_for_status
 
 
 def _status(message):

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from unit_helpers import REPO
 
 from cw_cli import api
+from cw_cli.diagnosis.diagnose import diagnose, explain_owner, explain_pod
 from cw_cli.frameworks.registry import FrameworkRegistry
-from cw_cli.k8s.diagnose import diagnose, explain_owner, explain_pod
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 MODELS = REPO / "tests" / "fixtures" / "model_configs"

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
+from cw_cli.after_training import helper_pods
 from cw_cli.errors import Conflict, WaitTimeout
-from cw_cli.k8s import helper_pods
 
 MULTI_ATTACH = ('Multi-Attach error for volume "pvc-1" Volume is already used by pod(s) arts-trainer-0-x7k2p')
 

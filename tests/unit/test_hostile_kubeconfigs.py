@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cw_cli.client import kubeconfig as kc
+from cw_cli.client.connection import ClusterTarget, connect
 from cw_cli.errors import ClusterUnreachable
-from cw_cli.k8s import kubeconfig as kc
-from cw_cli.k8s.connection import ClusterTarget, connect
 
 pytest.importorskip("hypothesis")  # the `test` extra; skipped, not failed, without it
 
@@ -104,7 +104,7 @@ def test_an_exec_plugins_token_with_a_line_break_is_refused_at_every_refresh(tmp
 
 
 def test_the_official_clients_token_is_checked_before_it_is_sent():
-    from cw_cli.k8s.transport import Transport
+    from cw_cli.client.transport import Transport
 
     transport = Transport(kc.Credentials(server="http://127.0.0.1:1"), authorization=lambda: "Bearer a\r\nX-Injected: 1")
     with pytest.raises(kc.KubeconfigError, match="Authorization header that holds a line break"):

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cw_cli.k8s import kubeconfig as kc
+from cw_cli.client import kubeconfig as kc
 
 CA = b"-----BEGIN CERTIFICATE-----\nQ0EgY2VydA==\n-----END CERTIFICATE-----\n"
 CERT = b"-----BEGIN CERTIFICATE-----\nY2xpZW50IGNlcnQ=\n-----END CERTIFICATE-----\n"
@@ -414,7 +414,7 @@ def test_broken_kubeconfigs_are_errors(tmp_path):
 def test_connect_imports_neither_kubernetes_nor_urllib3(tmp_path):
     path = single(tmp_path / "config", {"server": "http://127.0.0.1:1"}, {"token": "t"}, namespace="team")
     code = (
-        "import sys; from cw_cli.k8s.connection import connect, ClusterTarget\n"
+        "import sys; from cw_cli.client.connection import connect, ClusterTarget\n"
         f"kube = connect(ClusterTarget(kubeconfig={str(path)!r}))\n"
         "print(kube.namespace, kube.host, 'kubernetes' in sys.modules, 'urllib3' in sys.modules)"
     )
@@ -423,13 +423,13 @@ def test_connect_imports_neither_kubernetes_nor_urllib3(tmp_path):
 
 
 def test_importing_the_connection_module_loads_no_network_code():
-    code = "import sys, cw_cli.k8s.connection; print(sorted(m for m in ('kubernetes', 'urllib3', 'ssl', 'http.client', 'yaml') if m in sys.modules))"
+    code = "import sys, cw_cli.client.connection; print(sorted(m for m in ('kubernetes', 'urllib3', 'ssl', 'http.client', 'yaml') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stderr
 
 
 def test_connect_falls_back_to_the_official_client_for_an_auth_provider(tmp_path):
-    from cw_cli.k8s.connection import ClusterTarget, connect
+    from cw_cli.client.connection import ClusterTarget, connect
 
     header = base64.urlsafe_b64encode(b'{"alg":"none"}').decode().rstrip("=")
     claims = base64.urlsafe_b64encode(b'{"exp":32503680000,"sub":"me"}').decode().rstrip("=")
@@ -442,8 +442,8 @@ def test_connect_falls_back_to_the_official_client_for_an_auth_provider(tmp_path
 
 
 def test_connect_errors_keep_their_messages(tmp_path):
+    from cw_cli.client.connection import ClusterTarget, connect
     from cw_cli.errors import ClusterUnreachable
-    from cw_cli.k8s.connection import ClusterTarget, connect
 
     path = single(tmp_path / "config", {"server": SERVER}, {"token": "t"})
     with pytest.raises(ClusterUnreachable, match="no context 'nope' in the kubeconfig") as caught:

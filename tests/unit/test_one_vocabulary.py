@@ -22,7 +22,7 @@ ROLE_WORDS = {labels.TRAINER, labels.SERVER, labels.REWARD, labels.EXPORT, label
 ROLE_LAYERS = ("k8s", "render", "api.py", "cli", "localrun")
 #: (file, word): the same word, not a role.
 NOT_ROLES = {
-    ("k8s/kubeconfig.py", "server"): "the kubeconfig cluster's `server` field",
+    ("client/kubeconfig.py", "server"): "the kubeconfig cluster's `server` field",
     ("render/artifact_choice.py", "export"): "the artifact kind `cw_artifacts.py` lists",
     ("cli/app.py", "export"): "the command's name",
     ("cli/export.py", "export"): "the command's name",

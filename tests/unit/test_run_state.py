@@ -29,7 +29,7 @@ def test_job_state_reads_conditions_suspension_and_queue():
 
 
 class _Pods:
-    """Just enough of cw_cli.k8s.connection.Kube for find_pod: a fixed pod list."""
+    """Just enough of cw_cli.client.connection.Kube for find_pod: a fixed pod list."""
 
     def __init__(self, pods):
         self.pods = pods

@@ -1,4 +1,4 @@
-"""The websocket frames cw reads itself (k8s/channels.Frames: exec output, port-forward bytes) come
+"""The websocket frames cw reads itself (client/channels.Frames: exec output, port-forward bytes) come
 from the API server; whatever arrives ends in messages or in one of cw's errors, never in a
 traceback or a hang: frames split anywhere across reads, fragmented messages, pings, a close, a
 connection cut in the middle, an exec that ends without its exit status, garbage."""
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cw_cli.client import channels
 from cw_cli.errors import CwError, WaitTimeout
-from cw_cli.k8s import channels
 
 
 def frame(payload: bytes, opcode: int = 2, fin: bool = True) -> bytes:

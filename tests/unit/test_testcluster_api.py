@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from cw_cli.k8s.connection import Kube
-from cw_cli.k8s.transport import Response
+from cw_cli.client.connection import Kube
+from cw_cli.client.transport import Response
 from cw_cli.testcluster import api
 from cw_cli.testcluster.errors import StartError
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cw_cli.k8s import kubeconfig as kc
-from cw_cli.k8s.transport import Transport, proxy_for
+from cw_cli.client import kubeconfig as kc
+from cw_cli.client.transport import Transport, proxy_for
 
 P = "http://p:3128"
 # (environment, server, the proxy Go picks or None for a direct connection)
@@ -243,7 +243,7 @@ def test_an_exec_plugin_with_cluster_info_gets_the_proxy_url(tmp_path):
 
 
 def _both_paths(path: Path) -> tuple[Transport, Transport]:
-    from cw_cli.k8s import connection
+    from cw_cli.client import connection
 
     target = connection.ClusterTarget(kubeconfig=str(path))
     light = connection.connect(target).transport
@@ -282,7 +282,7 @@ def test_the_official_client_alone_would_choose_otherwise(monkeypatch):
 def test_proxy_rules_import_nothing_heavy(tmp_path):
     path = _kubeconfig(tmp_path / "config", "https://api.example.com", **{"insecure-skip-tls-verify": True})
     code = (
-        "import sys; from cw_cli.k8s.connection import connect, ClusterTarget\n"
+        "import sys; from cw_cli.client.connection import connect, ClusterTarget\n"
         f"kube = connect(ClusterTarget(kubeconfig={str(path)!r}))\n"
         "print(kube.transport._proxy[:2], sorted(m for m in ('kubernetes', 'urllib3', 'urllib.request', 'requests')"
         " if m in sys.modules))"

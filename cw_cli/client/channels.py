@@ -1,6 +1,6 @@
 """Kubernetes' channel protocol over websockets: exec in a pod and port-forward to it, the way
 `kubectl exec` and `kubectl port-forward` do, through cw's one client (:meth:`Kube.websocket
-<cw_cli.k8s.connection.Kube.websocket>`: the kubeconfig's identity, impersonation and proxy).
+<cw_cli.client.connection.Kube.websocket>`: the kubeconfig's identity, impersonation and proxy).
 
 Every binary message starts with its channel's number. Exec: 1 stdout, 2 stderr, 3 the exit
 status (a ``Status`` object, sent once at the end). Port-forward: for the n-th port, 2n carries
@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 from msgspec import Struct
 
+from cw_cli.client.connection import CONNECT_TIMEOUT_S, Kube
 from cw_cli.errors import ClusterUnreachable, CwError, WaitTimeout
-from cw_cli.k8s.connection import CONNECT_TIMEOUT_S, Kube
 
 #: v4 is what every supported API server and kubelet speak, and the API server passes it straight
 #: through to the kubelet; offering v5 (a stdin close signal cw does not need) makes the API server

@@ -23,10 +23,10 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from cw_cli.after_training.artifacts import Reader, reader
+from cw_cli.client.connection import Kube
 from cw_cli.errors import ConfigError, Conflict, CwError
 from cw_cli.frameworks.runtime_files import ARTIFACTS_FILE, FETCH_FILE
-from cw_cli.k8s.artifacts import Reader, reader
-from cw_cli.k8s.connection import Kube
 from cw_cli.plain_files import sha256_of
 from cw_cli.render.artifact_choice import Source, choose_source
 

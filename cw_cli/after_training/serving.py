@@ -17,10 +17,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from cw_cli.after_training.helper_pods import wait_running
+from cw_cli.client.connection import Kube
 from cw_cli.errors import Conflict, CwError, ExitCode
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
-from cw_cli.k8s.connection import Kube
-from cw_cli.k8s.helper_pods import wait_running
 from cw_cli.k8s.run_facts import claims_of, trainer_of
 from cw_cli.labels import SERVE, TRAINER
 from cw_cli.render.helper_pods import SERVE_PORT, ServeSpec, serve_name, served_model
@@ -38,7 +38,7 @@ def server_manifests(kube: Kube, run_name: str, which: str, lifetime_s: int, gpu
         NotFound: No such run, or its volume is gone.
         ConfigError: No such model, outputs on no volume, or an adapter the server cannot load.
     """
-    from cw_cli.k8s.artifacts import read_artifacts
+    from cw_cli.after_training.artifacts import read_artifacts
     from cw_cli.render.artifact_choice import choose_source
 
     listing = read_artifacts(kube, run_name)
@@ -103,7 +103,7 @@ def ask(kube: Kube, pod: str, model: str, question: str, max_tokens: int, timeou
         WaitTimeout: No whole answer within ``timeout_s``.
         CwError: The server answered no chat completion (its status and the start of its body).
     """
-    from cw_cli.k8s.channels import PortForward
+    from cw_cli.client.channels import PortForward
 
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": question}],
                        "max_tokens": max_tokens}).encode()  # fmt: skip
@@ -235,7 +235,7 @@ def forward(
 
 def _tunnel(kube: Kube, pod: str, local: socket.socket, stop: threading.Event) -> None:
     """Copy bytes both ways between a local connection and a new port-forward stream to the pod."""
-    from cw_cli.k8s.channels import PortForward
+    from cw_cli.client.channels import PortForward
 
     try:
         stream = PortForward(kube, pod, SERVE_PORT)

@@ -16,12 +16,12 @@ from typing import Any
 
 from msgspec import Struct
 
+from cw_cli.after_training.helper_pods import reader_placement, wait_running
+from cw_cli.client.channels import ExecResult, exec_in_pod
+from cw_cli.client.connection import Kube
 from cw_cli.errors import ConfigError, CwError, NotFound, WaitTimeout
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.frameworks.runtime_files import ARTIFACTS_FILE, runtime_file
-from cw_cli.k8s.channels import ExecResult, exec_in_pod
-from cw_cli.k8s.connection import Kube
-from cw_cli.k8s.helper_pods import reader_placement, wait_running
 from cw_cli.k8s.run_facts import claims_of, output_dir_of, trainer_of
 from cw_cli.labels import READER, TRAINER
 from cw_cli.render.helper_pods import reader_manifest

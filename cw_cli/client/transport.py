@@ -2,7 +2,7 @@
 
 ``http.client`` and ``ssl`` load in a fraction of the time of ``urllib3`` and the ``kubernetes``
 package. One :class:`Transport` keeps its connections alive between requests (a few, so threads
-can share it), sends the credentials of a :class:`~cw_cli.k8s.kubeconfig.Credentials`, and
+can share it), sends the credentials of a :class:`~cw_cli.client.kubeconfig.Credentials`, and
 re-runs an exec plugin once when the API server answers 401. It goes through an HTTP proxy as
 kubectl does (:func:`proxy_for`): the kubeconfig's ``proxy-url``, else ``HTTPS_PROXY`` /
 ``HTTP_PROXY`` unless ``NO_PROXY`` names the server, and never for a loopback server.
@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit
 
 from cw_cli import __version__
-from cw_cli.k8s.kubeconfig import MAX_NAMED_FILE_BYTES, Credentials, KubeconfigError, expired, header_problem, refresh
+from cw_cli.client.kubeconfig import MAX_NAMED_FILE_BYTES, Credentials, KubeconfigError, expired, header_problem, refresh
 from cw_cli.plain_files import NotAPlainFile, read_plain_file
 
 #: Methods safe to send again when a kept-alive connection turns out to be closed.
@@ -236,7 +236,7 @@ class Transport:
     def from_configuration(cls, configuration: Any) -> Transport:
         """A transport with the settings of the official client's ``Configuration``.
 
-        The official kubeconfig loader fills it (the fallback for what :mod:`~cw_cli.k8s.kubeconfig`
+        The official kubeconfig loader fills it (the fallback for what :mod:`~cw_cli.client.kubeconfig`
         does not handle); its ``refresh_api_key_hook`` still runs before each request.
 
         Its ``proxy`` is taken as the kubeconfig's ``proxy-url``; the environment's proxy is chosen

@@ -125,7 +125,7 @@ class Credentials(Struct, frozen=True):
         expires: When the plugin's credential expires (epoch seconds), or None.
         proxy: The cluster's ``proxy-url``, an http:// proxy used for every request, whatever
             ``HTTPS_PROXY`` and ``NO_PROXY`` say (kubectl's rule); without one the transport
-            takes the environment's proxy (:func:`cw_cli.k8s.transport.proxy_for`).
+            takes the environment's proxy (:func:`cw_cli.client.transport.proxy_for`).
         impersonate: The Impersonate-* headers of the user's ``as``, ``as-groups``, ``as-uid`` and
             ``as-user-extra`` (kubectl's), one pair per header line: a group is one line each.
     """

@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from cw_cli.client.connection import Kube
 from cw_cli.errors import Conflict, Forbidden, WaitTimeout
-from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.explanations import explain_pending
 from cw_cli.render.helper_pods import ReaderPlacement
 

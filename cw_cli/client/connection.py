@@ -1,6 +1,6 @@
 """Connecting to the API server the way kubectl does: $KUBECONFIG, current context, --context.
 
-Requests go through :mod:`cw_cli.k8s.transport` (``http.client`` and ``ssl``, imported by
+Requests go through :mod:`cw_cli.client.transport` (``http.client`` and ``ssl``, imported by
 :func:`connect`), so ``cw --help`` and dry runs load no network code at all, and a command that
 talks to the cluster never loads the ``kubernetes`` package or ``urllib3``, unless the kubeconfig
 needs the official client (see :func:`connect`).
@@ -20,7 +20,7 @@ from msgspec import json as msgspec_json  # faster than json, and loaded with St
 from cw_cli.errors import ClusterUnreachable, ConfigError, Conflict, CwError, Forbidden, NotFound, Rejected
 
 if TYPE_CHECKING:  # http.client and ssl load only when connect() needs them
-    from cw_cli.k8s.transport import Response, Transport
+    from cw_cli.client.transport import Response, Transport
 
 #: kind -> (API path prefix, plural, namespaced)
 RESOURCES: dict[str, tuple[str, str, bool]] = {
@@ -104,7 +104,7 @@ class Kube:
     """A small dict-in, dict-out client for the API server, bound to a namespace.
 
     Args:
-        transport: The HTTP client for the API server (:class:`~cw_cli.k8s.transport.Transport`).
+        transport: The HTTP client for the API server (:class:`~cw_cli.client.transport.Transport`).
         namespace: The namespace used for namespaced kinds.
     """
 
@@ -161,7 +161,7 @@ class Kube:
             ClusterUnreachable: No answer from the API server.
             CwError: The matching error for an HTTP error status.
         """
-        from cw_cli.k8s.kubeconfig import KubeconfigError
+        from cw_cli.client.kubeconfig import KubeconfigError
 
         timeout = timeout if timeout is not None else request_timeout()
         if not isinstance(timeout, tuple):
@@ -363,7 +363,7 @@ class Kube:
     def websocket(self, path: str, query: builtins.list[tuple[str, Any]], subprotocols: tuple[str, ...], what: str,
                   timeout: tuple[float, float | None] | None = None) -> Any:  # fmt: skip
         """Open a websocket stream (exec, port-forward) through the same transport and identity as
-        every request; see :meth:`Transport.websocket <cw_cli.k8s.transport.Transport.websocket>`.
+        every request; see :meth:`Transport.websocket <cw_cli.client.transport.Transport.websocket>`.
 
         Raises:
             ClusterUnreachable: No answer from the API server, or no usable credentials.
@@ -372,7 +372,7 @@ class Kube:
         """
         import websocket
 
-        from cw_cli.k8s.kubeconfig import KubeconfigError
+        from cw_cli.client.kubeconfig import KubeconfigError
 
         try:
             return self.transport.websocket(path, query=query, subprotocols=subprotocols, timeout=timeout or request_timeout())
@@ -399,9 +399,9 @@ def request_timeout() -> tuple[float, float]:
 def connect(target: ClusterTarget) -> Kube:
     """Load the kubeconfig (the target's, else ``$KUBECONFIG``, else ``~/.kube/config``) and bind to a namespace.
 
-    The kubeconfig is read by :mod:`cw_cli.k8s.kubeconfig` with kubectl's rules; only what it
+    The kubeconfig is read by :mod:`cw_cli.client.kubeconfig` with kubectl's rules; only what it
     does not support (``auth-provider``, ...) goes through the official ``kubernetes`` client's
-    loader. Either way, requests go through :class:`~cw_cli.k8s.transport.Transport`, which picks
+    loader. Either way, requests go through :class:`~cw_cli.client.transport.Transport`, which picks
     the proxy as kubectl does (``proxy-url``, else ``HTTPS_PROXY`` / ``NO_PROXY``, never for
     loopback). ``$KUBECONFIG`` is read at each call, so a program that sets it later still gets
     the cluster it names.
@@ -409,8 +409,8 @@ def connect(target: ClusterTarget) -> Kube:
     Raises:
         ClusterUnreachable: No kubeconfig, or the context does not exist.
     """
-    from cw_cli.k8s import kubeconfig as kc
-    from cw_cli.k8s.transport import Transport
+    from cw_cli.client import kubeconfig as kc
+    from cw_cli.client.transport import Transport
 
     if target.namespace is not None:
         _check_namespace(target.namespace)  # a bad --namespace is the user's (exit 2), whatever the cluster
@@ -447,7 +447,7 @@ def _connect_with_official_client(target: ClusterTarget) -> tuple[Transport, str
 
     from kubernetes.config.config_exception import ConfigException
 
-    from cw_cli.k8s.kubeconfig import KubeconfigError
+    from cw_cli.client.kubeconfig import KubeconfigError
 
     config_file = target.kubeconfig or os.environ.get("KUBECONFIG") or None
     try:
@@ -472,7 +472,7 @@ def _connect_with_official_client(target: ClusterTarget) -> tuple[Transport, str
 
 def _official_time_limit() -> float:
     """Seconds the official client may take to load a kubeconfig: an exec plugin's limit and some."""
-    from cw_cli.k8s.kubeconfig import exec_timeout
+    from cw_cli.client.kubeconfig import exec_timeout
 
     return exec_timeout() + 15.0
 
@@ -510,8 +510,8 @@ def _official_load(target: ClusterTarget, config_file: str | None) -> tuple[Tran
     from kubernetes import client as kube_client
     from kubernetes import config as kube_config
 
-    from cw_cli.k8s.kubeconfig import KubeconfigError
-    from cw_cli.k8s.transport import Transport
+    from cw_cli.client.kubeconfig import KubeconfigError
+    from cw_cli.client.transport import Transport
 
     contexts, active = kube_config.list_kube_config_contexts(config_file=config_file)
     chosen = active

@@ -4,9 +4,9 @@ refuse what cannot be exported before creating anything."""
 
 from __future__ import annotations
 
+from cw_cli.client.connection import Kube
 from cw_cli.errors import ConfigError, Conflict
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
-from cw_cli.k8s.connection import Kube
 from cw_cli.k8s.run_facts import claims_of, output_dir_of, trainer_of
 from cw_cli.render.export import EXPORT_TTL_HOURS, ExportChoice, ExportFacts, export_manifests, export_name
 from cw_cli.render.jobset import TRAINER
