@@ -17,35 +17,16 @@ from typing import TYPE_CHECKING, Any
 from msgspec import Struct
 from msgspec import json as msgspec_json  # faster than json, and loaded with Struct anyway
 
-from cw_cli.errors import ClusterUnreachable, ConfigError, Conflict, CwError, Forbidden, NotFound, Rejected
+from cw_cli.client import official
+from cw_cli.client.api_errors import error_for_status
+from cw_cli.client.resources import RESOURCES
+from cw_cli.errors import ClusterUnreachable, ConfigError, CwError, NotFound, Rejected
 
 if TYPE_CHECKING:  # http.client and ssl load only when connect() needs them
     from cw_cli.client.transport import Response, Transport
 
-#: kind -> (API path prefix, plural, namespaced)
-RESOURCES: dict[str, tuple[str, str, bool]] = {
-    "Job": ("/apis/batch/v1", "jobs", True),
-    "Deployment": ("/apis/apps/v1", "deployments", True),
-    "ConfigMap": ("/api/v1", "configmaps", True),
-    "Service": ("/api/v1", "services", True),
-    "Pod": ("/api/v1", "pods", True),
-    "Event": ("/api/v1", "events", True),
-    "Secret": ("/api/v1", "secrets", True),
-    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims", True),
-    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
-    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
-    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
-    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies", True),
-    # A gang run (render/jobset.py); the API exists only where JobSet is installed.
-    "JobSet": ("/apis/jobset.x-k8s.io/v1alpha2", "jobsets", True),
-    # Kueue's objects, read for `cw status` of a run with `queue:`.
-    "Workload": ("/apis/kueue.x-k8s.io/v1beta2", "workloads", True),
-    "LocalQueue": ("/apis/kueue.x-k8s.io/v1beta2", "localqueues", True),
-    "ClusterQueue": ("/apis/kueue.x-k8s.io/v1beta2", "clusterqueues", False),
-    "Namespace": ("/api/v1", "namespaces", False),
-    "PriorityClass": ("/apis/scheduling.k8s.io/v1", "priorityclasses", False),
-    "Node": ("/api/v1", "nodes", False),
-}
+__all__ = ["CONNECT_TIMEOUT_S", "FIELD_MANAGER", "RESOURCES", "ClusterTarget", "Kube", "connect", "error_for_status", "request_timeout"]
+
 FIELD_MANAGER = "cw"
 #: Accept header for metadata-only lists (PartialObjectMetadataList), JSON as the fallback.
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
@@ -65,39 +46,6 @@ class ClusterTarget(Struct, frozen=True):
     context: str | None = None
     namespace: str | None = None
     kubeconfig: str | None = None
-
-
-def _status_message(body: bytes | str | None) -> str:
-    try:
-        status = msgspec_json.decode(body or b"{}")
-        return str(status.get("message") or "").strip()
-    except (ValueError, AttributeError):
-        return (body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")).strip()
-
-
-def error_for_status(status: int, body: bytes | str | None, what: str) -> CwError:
-    """Turn an HTTP error from the API server into cw's error, with a hint.
-
-    Args:
-        status: HTTP status code.
-        body: Response body (a Kubernetes Status object).
-        what: What was being done, e.g. ``create Job foo``.
-    """
-    full = _status_message(body) or f"HTTP {status}"
-    message = " ".join(full.split())
-    if len(message) > 300:
-        message = message[:297] + "..."
-    if status == 401:
-        return Forbidden(f"{what}: not authenticated ({message})", hint="refresh your credentials in the kubeconfig")
-    if status == 403:
-        return Forbidden(f"{what}: forbidden ({message})", hint="ask for the Role in docs/rbac.md, or use another --namespace")
-    if status == 404:
-        return NotFound(f"{what}: not found ({message})")
-    if status == 409:
-        return Conflict(f"{what}: already exists or changed meanwhile ({message})", hint="choose another --name")
-    if status in (400, 413, 422):
-        return Rejected(f"{what}: rejected by the API server: {message}", hint="check the field it names; --dry-run shows the manifest")
-    return CwError(f"{what}: API server answered {status}: {message}", detail=full)
 
 
 class Kube:
@@ -163,20 +111,11 @@ class Kube:
         """
         from cw_cli.client.kubeconfig import KubeconfigError
 
-        timeout = timeout if timeout is not None else request_timeout()
         if not isinstance(timeout, tuple):
-            timeout = (float(timeout), float(timeout))
+            timeout = request_timeout() if timeout is None else (float(timeout), float(timeout))
         headers = {"Accept": accept}
-        data = None
-        if body is not None:
-            try:
-                data = msgspec_json.encode(body)
-            except TypeError as exc:  # raised as a CwError, so a launch removes what it created
-                raise Rejected(
-                    f"{what or f'{method} {path}'}: the object cannot be sent as JSON ({exc})",
-                    hint="a template wrote a key JSON cannot hold: YAML reads an unquoted on/off/yes/no/null as a "
-                    "boolean or null, so quote such keys",
-                ) from None
+        data = None if body is None else _json_body(body, what or f"{method} {path}")
+        if data is not None:
             headers["Content-Type"] = content_type or "application/json"
         params = [(key, value) for key, value in (query or {}).items() if value is not None]
         try:
@@ -190,11 +129,7 @@ class Kube:
         except KubeconfigError as exc:  # an expired exec credential that could not be renewed
             raise ClusterUnreachable(f"no usable credentials ({exc})", hint=exc.hint or "check the kubeconfig's user") from None
         if not 200 <= response.status <= 299:
-            try:
-                error_body = response.read()
-            except OSError:
-                error_body = b""
-            raise error_for_status(response.status, error_body, what or f"{method} {path}")
+            raise error_for_status(response.status, _error_body(response), what or f"{method} {path}")
         return response
 
     def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
@@ -385,6 +320,30 @@ class Kube:
             raise ClusterUnreachable(f"no usable credentials ({exc})", hint=exc.hint or "check the kubeconfig's user") from None
 
 
+def _json_body(body: Any, what: str) -> bytes:
+    """``body`` as JSON bytes.
+
+    Raises:
+        Rejected: It cannot be written as JSON (raised as a CwError, so a launch removes what it created).
+    """
+    try:
+        return msgspec_json.encode(body)
+    except TypeError as exc:
+        raise Rejected(
+            f"{what}: the object cannot be sent as JSON ({exc})",
+            hint="a template wrote a key JSON cannot hold: YAML reads an unquoted on/off/yes/no/null as a "
+            "boolean or null, so quote such keys",
+        ) from None
+
+
+def _error_body(response: Response) -> bytes:
+    """The body of an error answer (a Kubernetes Status), or nothing when the connection broke."""
+    try:
+        return response.read()
+    except OSError:
+        return b""
+
+
 def request_timeout() -> tuple[float, float]:
     """(connect, read) seconds for one API request; ``CW_REQUEST_TIMEOUT`` sets the read part."""
 
@@ -419,7 +378,7 @@ def connect(target: ClusterTarget) -> Kube:
         kube_namespace = credentials.namespace
         transport = Transport(credentials)
     except kc.Unsupported:
-        transport, kube_namespace = _connect_with_official_client(target)
+        transport, kube_namespace = official.connect_with_official_client(target)
     except kc.UnknownContext as exc:
         raise ClusterUnreachable(str(exc), hint=f"contexts: {', '.join(exc.known) or 'none'}") from None
     except kc.KubeconfigError as exc:
@@ -436,99 +395,3 @@ def connect(target: ClusterTarget) -> Kube:
 def _check_namespace(namespace: str) -> None:
     if not _NAMESPACE.fullmatch(namespace):  # it becomes part of every URL path
         raise ConfigError([f"namespace {namespace!r} is not a valid namespace name"], hint="use lower-case letters, digits and '-'")
-
-
-def _connect_with_official_client(target: ClusterTarget) -> tuple[Transport, str | None]:
-    """The fallback: the official client loads the kubeconfig; our transport sends the requests.
-
-    Returns:
-        The transport and the context's namespace (or None).
-    """
-
-    from kubernetes.config.config_exception import ConfigException
-
-    from cw_cli.client.kubeconfig import KubeconfigError
-
-    config_file = target.kubeconfig or os.environ.get("KUBECONFIG") or None
-    try:
-        return _bounded(lambda: _official_load(target, config_file), _official_time_limit())
-    except TimeoutError:
-        raise ClusterUnreachable(
-            f"loading the kubeconfig through the official client took more than {_official_time_limit():g}s",
-            hint="its user runs a credential plugin or reads a file that does not answer; check the kubeconfig's user",
-        ) from None
-    except (ConfigException, KubeconfigError) as exc:
-        raise ClusterUnreachable(
-            f"no usable kubeconfig ({exc})",
-            hint="set KUBECONFIG or run `cw cluster up` for the test cluster",
-        ) from None
-    except OSError as exc:
-        raise ClusterUnreachable(f"cannot read the kubeconfig: {exc}", hint="set KUBECONFIG to a readable file") from None
-    except (ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError) as exc:
-        # The official loader's own crash on a field of the wrong type: still the kubeconfig's fault.
-        raise ClusterUnreachable(f"no usable kubeconfig (the official client cannot read it: {type(exc).__name__}: {exc})",
-                                 hint="check the kubeconfig's user and cluster fields") from None  # fmt: skip
-
-
-def _official_time_limit() -> float:
-    """Seconds the official client may take to load a kubeconfig: an exec plugin's limit and some."""
-    from cw_cli.client.kubeconfig import exec_timeout
-
-    return exec_timeout() + 15.0
-
-
-def _bounded(work: Any, seconds: float) -> Any:
-    """``work()`` in a daemon thread, waited for ``seconds``: the official loader runs plugins and
-    opens files with no time limit, and cw must not hang on them. Its exception is re-raised here.
-
-    Raises:
-        TimeoutError: It did not end in time (the thread is left behind; cw exits anyway).
-    """
-    import threading
-
-    result: list[Any] = []
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            result.append(work())
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, name="cw-official-kubeconfig", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise TimeoutError(f"no answer in {seconds:g}s")
-    if failure:
-        raise failure[0]
-    return result[0]
-
-
-def _official_load(target: ClusterTarget, config_file: str | None) -> tuple[Transport, str | None]:
-    """The official client's loading of the kubeconfig (see :func:`_connect_with_official_client`)."""
-    from kubernetes import client as kube_client
-    from kubernetes import config as kube_config
-
-    from cw_cli.client.kubeconfig import KubeconfigError
-    from cw_cli.client.transport import Transport
-
-    contexts, active = kube_config.list_kube_config_contexts(config_file=config_file)
-    chosen = active
-    if target.context:
-        chosen = next((c for c in contexts if c["name"] == target.context), None)
-        if chosen is None:
-            known = ", ".join(c["name"] for c in contexts) or "none"
-            raise ClusterUnreachable(f"no context {target.context!r} in the kubeconfig", hint=f"contexts: {known}")
-    configuration = kube_client.Configuration()
-    # Only the kubeconfig's proxy-url may fill it: the transport reads the environment's proxy
-    # with kubectl's rules, not the official client's (see Transport.from_configuration).
-    configuration.proxy = None
-    kube_config.load_kube_config(
-        config_file=config_file, context=chosen["name"] if chosen else None, client_configuration=configuration
-    )
-    transport = Transport.from_configuration(configuration)
-    namespace = ((chosen or {}).get("context") or {}).get("namespace")
-    if namespace is not None and not isinstance(namespace, str):
-        raise KubeconfigError(f"the context's namespace is {type(namespace).__name__}, not text")
-    return transport, namespace

@@ -11,16 +11,21 @@ kubectl does (:func:`proxy_for`): the kubeconfig's ``proxy-url``, else ``HTTPS_P
 from __future__ import annotations
 
 import http.client
-import os
 import ssl
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import unquote, urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from cw_cli import __version__
-from cw_cli.client.kubeconfig import MAX_NAMED_FILE_BYTES, Credentials, KubeconfigError, expired, header_problem, refresh
+from cw_cli.client.credentials import Credentials, KubeconfigError
+from cw_cli.client.exec_plugin import expired, refresh
+from cw_cli.client.kubeconfig_values import MAX_NAMED_FILE_BYTES, header_problem
+from cw_cli.client.proxy import proxy_address, proxy_for
+from cw_cli.client.tls import Connection, ssl_context
 from cw_cli.plain_files import NotAPlainFile, read_plain_file
+
+__all__ = ["DEFAULT_TIMEOUT", "IDEMPOTENT", "MAX_IDLE", "Response", "Transport", "TransportError", "proxy_for", "ssl_context"]
 
 #: Methods safe to send again when a kept-alive connection turns out to be closed.
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
@@ -31,109 +36,6 @@ DEFAULT_TIMEOUT: tuple[float, float | None] = (10.0, 30.0)
 
 class TransportError(OSError):
     """The HTTP exchange failed (a broken or garbled answer); an OSError like a socket error."""
-
-
-def ssl_context(credentials: Credentials) -> ssl.SSLContext:
-    """A TLS client context that trusts the credentials' CA and presents their client certificate.
-
-    Raises:
-        KubeconfigError: The CA or the client certificate and key are not usable PEM.
-    """
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.set_alpn_protocols(["http/1.1"])
-    if credentials.insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    elif credentials.ca_data:
-        try:
-            context.load_verify_locations(cadata=credentials.ca_data.decode("latin-1"))
-        except (ssl.SSLError, ValueError, TypeError) as exc:  # TypeError: not ASCII (binary, not PEM)
-            raise KubeconfigError(f"the certificate authority data is not a PEM certificate ({exc})") from None
-    else:
-        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
-    if credentials.client_cert and credentials.client_key:
-        _load_client_cert(context, credentials.client_cert, credentials.client_key)
-    return context
-
-
-def _load_client_cert(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
-    """``load_cert_chain`` reads only files: on Linux an anonymous in-memory file, else a private temp file.
-
-    The memory file keeps the private key off the disk (as kubectl, which reads it from memory)
-    and spares importing ``tempfile`` (with shutil, bz2 and lzma: 3 ms of every command).
-    """
-    pem = cert.rstrip(b"\n") + b"\n" + key
-    try:
-        if hasattr(os, "memfd_create"):
-            try:
-                _load_from_memory(context, pem)
-                return
-            except FileNotFoundError:  # no /proc mounted: the temp file below
-                pass
-        _load_from_temp_file(context, pem)
-    except (ssl.SSLError, ValueError) as exc:
-        raise KubeconfigError(f"the client certificate or key is not usable ({exc})") from None
-
-
-def _load_from_memory(context: ssl.SSLContext, pem: bytes) -> None:
-    fd = os.memfd_create("cw-client-cert", os.MFD_CLOEXEC)
-    try:
-        with os.fdopen(os.dup(fd), "wb") as handle:
-            handle.write(pem)
-        # A callable password: an encrypted key fails instead of prompting on the terminal.
-        context.load_cert_chain(f"/proc/self/fd/{fd}", password=_no_password)
-    finally:
-        os.close(fd)
-
-
-def _load_from_temp_file(context: ssl.SSLContext, pem: bytes) -> None:
-    import tempfile  # here: only where there is no memfd (macOS)
-
-    fd, path = tempfile.mkstemp(prefix="cw-client-", suffix=".pem")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(pem)
-        context.load_cert_chain(path, password=_no_password)
-    finally:
-        os.unlink(path)
-
-
-def _no_password() -> bytes:
-    raise ValueError("the client key is encrypted")
-
-
-def _ascii_host(host: str) -> str | bytes:
-    """An ASCII host name as bytes, which ``socket`` and ``ssl`` take as they are.
-
-    Given text they run it through the IDNA codec, whose import (with ``stringprep`` and
-    ``unicodedata``) costs about as much as the API request of a `cw status`. A non-ASCII
-    name still goes through IDNA.
-    """
-    return host.encode("ascii") if host.isascii() else host
-
-
-def _create_connection(address: tuple[str, int], *args: Any, **kwargs: Any) -> Any:
-    import socket
-
-    # getaddrinfo takes bytes too, though the stubs say str
-    return socket.create_connection((_ascii_host(address[0]), address[1]), *args, **kwargs)  # type: ignore[arg-type]
-
-
-class _Connection(http.client.HTTPConnection):
-    """One TCP (and TLS) connection; the connect timeout covers the TLS handshake too."""
-
-    def __init__(self, host: str, port: int, timeout: float, tls: ssl.SSLContext | None, server_hostname: str) -> None:
-        super().__init__(host, port, timeout=timeout)
-        self._create_connection = _create_connection
-        self._tls = tls
-        self._server_hostname = server_hostname
-
-    def connect(self) -> None:
-        super().connect()  # TCP, and the proxy's CONNECT tunnel when set_tunnel was called
-        if self._tls is not None:
-            hostname = _ascii_host(self._server_hostname)
-            self.sock = self._tls.wrap_socket(self.sock, server_hostname=hostname)
 
 
 class Response:
@@ -225,9 +127,9 @@ class Transport:
         self._credentials = credentials
         self._authorization = authorization
         chosen = proxy_for(credentials.server, credentials.proxy)  # the environment is read here, once
-        self._proxy = _proxy(*chosen, proxy_headers) if chosen else None
+        self._proxy = proxy_address(*chosen, proxy_headers) if chosen else None
         self._tls = ssl_context(credentials) if self._https else None
-        self._idle: list[_Connection] = []
+        self._idle: list[Connection] = []
         self._lock = threading.Lock()
 
         self._user_agent = f"cw/{__version__}"
@@ -443,7 +345,7 @@ class Transport:
         self._finish(connection, answer)
         return Response(answer.status, answer.msg, data=data)
 
-    def _exchange(self, connection: _Connection, method: str, target: str, body: bytes | None,
+    def _exchange(self, connection: Connection, method: str, target: str, body: bytes | None,
                   headers: dict[str, str], timeout: tuple[float, float | None],
                   repeated: tuple[tuple[str, str], ...] = ()) -> http.client.HTTPResponse:  # fmt: skip
         if connection.sock is None:
@@ -462,22 +364,22 @@ class Transport:
         connection.endheaders(body)
         return connection.getresponse()
 
-    def _acquire(self, connect_timeout: float) -> tuple[_Connection, bool]:
+    def _acquire(self, connect_timeout: float) -> tuple[Connection, bool]:
         with self._lock:
             if self._idle:
                 return self._idle.pop(), True
         return self._new_connection(connect_timeout), False
 
-    def _new_connection(self, connect_timeout: float) -> _Connection:
+    def _new_connection(self, connect_timeout: float) -> Connection:
         server_hostname = self._credentials.tls_server_name or self._host
         if self._proxy is None:
-            return _Connection(self._host, self._port, connect_timeout, self._tls, server_hostname)
+            return Connection(self._host, self._port, connect_timeout, self._tls, server_hostname)
         host, port, headers = self._proxy
-        connection = _Connection(host, port, connect_timeout, self._tls, server_hostname)
+        connection = Connection(host, port, connect_timeout, self._tls, server_hostname)
         connection.set_tunnel(self._host, self._port, headers=headers)
         return connection
 
-    def _finish(self, connection: _Connection, answer: http.client.HTTPResponse) -> None:
+    def _finish(self, connection: Connection, answer: http.client.HTTPResponse) -> None:
         """Keep the connection for the next request if its answer was read whole."""
         whole = answer.isclosed() or (not answer.chunked and answer.length == 0)
         if whole and not answer.will_close and connection.sock is not None:
@@ -487,151 +389,3 @@ class Transport:
                     self._idle.append(connection)
                     return
         connection.close()
-
-
-def _proxy(url: str, source: str, headers: dict[str, str] | None) -> tuple[str, int, dict[str, str]]:
-    """(host, port, CONNECT headers) of an http:// proxy URL; ``source`` names where it came from."""
-    import base64
-
-    hint = "use an http:// proxy, or name the API server in NO_PROXY (for HTTPS_PROXY / HTTP_PROXY)"
-    parts = urlsplit(url)
-    try:
-        port = parts.port or 80
-    except ValueError:  # a port that is not a number
-        port = 0
-    shown = f"{parts.scheme}://{parts.hostname}" if parts.hostname else "(no host)"  # never its password
-    if not parts.hostname or not port:
-        raise KubeconfigError(f"{source} proxy {shown}...: not a proxy URL", hint=hint)
-    if parts.scheme != "http":
-        raise KubeconfigError(f"{source} proxy {shown}: cw connects through http:// proxies only, not {parts.scheme}", hint=hint)
-    connect_headers = dict(headers or {})
-    if parts.username is not None:
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-        connect_headers.setdefault("Proxy-Authorization", "Basic " + base64.b64encode(pair).decode("ascii"))
-    return parts.hostname, port, connect_headers
-
-
-def proxy_for(server: str, proxy_url: str | None = None, environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
-    """The proxy kubectl would use for ``server``, and where it came from; None to connect directly.
-
-    client-go's rules: the kubeconfig cluster's ``proxy-url``, when set, is used for every request
-    (whatever the environment, loopback included). Otherwise Go's ``http.ProxyFromEnvironment``
-    (golang.org/x/net/http/httpproxy): ``HTTPS_PROXY`` (else ``https_proxy``) for an https server,
-    ``HTTP_PROXY`` (else ``http_proxy``) for an http one, the upper-case name first and
-    ``ALL_PROXY`` never read; no proxy for ``localhost`` (so written) or a loopback IP, nor for
-    a server ``NO_PROXY`` (else ``no_proxy``) names (see :func:`_bypassed`). A value without a scheme
-    (``proxy:3128``) is taken as ``http://`` + the value, as Go does. In a CGI environment
-    (``REQUEST_METHOD`` set) ``HTTP_PROXY`` may come from a request header (httpoxy), so it is
-    not used (Go refuses the request).
-
-    Args:
-        server: The API server's URL.
-        proxy_url: The kubeconfig cluster's ``proxy-url``, if any.
-        environ: The environment (default ``os.environ``, read at each call).
-
-    Returns:
-        (proxy URL, its source: ``proxy-url`` or the variable's name), or None.
-    """
-    if proxy_url:
-        return proxy_url, "proxy-url"
-    env = os.environ if environ is None else environ
-    url = urlsplit(server)
-    https = url.scheme == "https"
-    names = ("HTTPS_PROXY", "https_proxy") if https else ("HTTP_PROXY", "http_proxy")
-    name = next((name for name in names if env.get(name)), None)
-    if name is None or (not https and env.get("REQUEST_METHOD")):
-        return None
-    if url.netloc.rpartition("@")[2].partition(":")[0] == "localhost":  # as written: Go proxies LOCALHOST
-        return None
-    port = str(url.port or (443 if https else 80))
-    if _bypassed((url.hostname or "").lower(), port, env.get("NO_PROXY") or env.get("no_proxy") or ""):
-        return None
-    value = env[name].strip()
-    return (value if "://" in value else "http://" + value), name
-
-
-def _bypassed(host: str, port: str, no_proxy: str) -> bool:
-    """Whether Go's httpproxy connects to ``host`` directly: a loopback IP, or a ``NO_PROXY`` entry.
-
-    Entries (comma-separated, case-insensitive): ``*`` (every host); an IP or CIDR (an IPv4 one
-    matches IPv4 servers only, an IPv6 one IPv6 servers only); ``example.com`` (that host and its
-    subdomains); ``.example.com`` or ``*.example.com`` (subdomains only); any of these with
-    ``:port`` (the server's port, 443/80 when its URL has none). IPs are compared as bytes from
-    ``socket.inet_pton`` (``socket`` comes with ``http.client``): nothing is imported for this.
-    """
-    ip = _ip(host)
-    if ip is not None and _loopback(ip):
-        return True
-    for raw in no_proxy.split(","):
-        entry = raw.strip().lower()
-        if not entry:
-            continue
-        if entry == "*":
-            return True
-        if "/" in entry:
-            network = _cidr(entry)
-            if network is not None:
-                if ip is not None and _in_network(ip, network):
-                    return True
-                continue
-        entry_host, entry_port = _split_host_port(entry)
-        if not entry_host or entry_port not in ("", port):
-            continue
-        entry_ip = _ip(entry_host)
-        if entry_ip is not None:
-            if ip == entry_ip:
-                return True
-            continue
-        if entry_host.startswith("*."):
-            entry_host = entry_host[1:]
-        if host.endswith(entry_host if entry_host.startswith(".") else "." + entry_host) or host == entry_host:
-            return True
-    return False
-
-
-def _ip(text: str) -> tuple[bytes, bool] | None:
-    """(the 16-byte address, whether IPv4) of an IP literal, else None; ``::ffff:a.b.c.d`` is IPv4, as in Go."""
-    import socket
-
-    try:
-        return b"\0" * 10 + b"\xff\xff" + socket.inet_pton(socket.AF_INET, text), True
-    except OSError:
-        pass
-    try:
-        packed = socket.inet_pton(socket.AF_INET6, text)
-    except OSError:
-        return None
-    return packed, packed[:12] == b"\0" * 10 + b"\xff\xff"
-
-
-def _loopback(ip: tuple[bytes, bool]) -> bool:
-    packed, v4 = ip
-    return packed[12] == 127 if v4 else packed == b"\0" * 15 + b"\1"
-
-
-def _cidr(entry: str) -> tuple[bytes, bool, int] | None:
-    """(address, IPv4, prefix length over 128 bits) of a CIDR entry, or None if it is not one."""
-    address, _, bits = entry.partition("/")
-    ip = _ip(address)
-    if ip is None or not bits.isdigit() or int(bits) > (32 if ip[1] else 128):
-        return None
-    return ip[0], ip[1], int(bits) + (96 if ip[1] else 0)
-
-
-def _in_network(ip: tuple[bytes, bool], network: tuple[bytes, bool, int]) -> bool:
-    (packed, v4), (base, network_v4, bits) = ip, network
-    shift = 128 - bits
-    return v4 == network_v4 and int.from_bytes(packed, "big") >> shift == int.from_bytes(base, "big") >> shift
-
-
-def _split_host_port(entry: str) -> tuple[str, str]:
-    """Go's net.SplitHostPort where it succeeds (``host:port``, ``[v6]:port``), else (entry, "")."""
-    if entry.startswith("["):
-        end = entry.find("]")
-        if end != -1 and entry[end + 1 : end + 2] == ":":
-            return entry[1:end], entry[end + 2 :]
-        return entry, ""
-    if entry.count(":") == 1:
-        host, _, port = entry.partition(":")
-        return host, port
-    return entry, ""

@@ -1,7 +1,7 @@
 """cw's two client paths give the same answers against the real API server, proxies included.
 
 The light path reads the kubeconfig itself (cw_cli.client.kubeconfig); the fallback lets the official
-``kubernetes`` client load the same kubeconfig (``connection._connect_with_official_client``, what
+``kubernetes`` client load the same kubeconfig (``official.connect_with_official_client``, what
 ``connect()`` does for an ``auth-provider``). Both send through cw's transport, which picks a proxy
 as kubectl does: the kubeconfig's ``proxy-url``, else ``HTTPS_PROXY`` unless ``NO_PROXY`` names the
 server, and never for a loopback server.
@@ -27,7 +27,7 @@ import pytest
 import yaml
 from test_cw_end_to_end import run_cw
 
-from cw_cli.client import connection
+from cw_cli.client import connection, official
 from cw_cli.client import kubeconfig as kc
 from cw_cli.client.connection import ClusterTarget, Kube
 from cw_cli.errors import Conflict, NotFound
@@ -205,7 +205,7 @@ def open_kube(path: str, kubeconfig: Path, monkeypatch) -> Kube:
     """A client for ``kubeconfig`` through one of the two paths, checked to be that path."""
     target = ClusterTarget(kubeconfig=str(kubeconfig))
     if path == "official":
-        transport, namespace = connection._connect_with_official_client(target)
+        transport, namespace = official.connect_with_official_client(target)
         assert transport._authorization is not None  # the official loader's Configuration drives it
         return Kube(transport, namespace or "default")
 
@@ -213,7 +213,7 @@ def open_kube(path: str, kubeconfig: Path, monkeypatch) -> Kube:
         raise AssertionError("connect() fell back to the official client")
 
     with monkeypatch.context() as patch:
-        patch.setattr(connection, "_connect_with_official_client", refuse)
+        patch.setattr(official, "connect_with_official_client", refuse)
         kube = connection.connect(target)
     assert kube.transport._authorization is None  # cw's own loader
     return kube

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from cw_cli.client import in_cluster as pod_identity
 from cw_cli.client import kubeconfig as kc
 from cw_cli.client.connection import ClusterTarget, Kube, connect
 from cw_cli.client.transport import Transport
@@ -47,7 +48,7 @@ def test_the_pods_service_account_is_used_when_there_is_no_kubeconfig(kube_clust
         kube.list("ConfigMap", "")  # and nothing more: the token is the ServiceAccount's, not the admin's
 
     # connect() picks it when no kubeconfig exists, as kubectl does.
-    monkeypatch.setattr(kc, "SERVICE_ACCOUNT_DIR", tmp_path / "sa")
+    monkeypatch.setattr(pod_identity, "SERVICE_ACCOUNT_DIR", tmp_path / "sa")
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))

@@ -24,14 +24,14 @@ import pytest
 import yaml
 from kubernetes import client
 
-from cw_cli.client import connection
 from cw_cli.client import kubeconfig as kc
+from cw_cli.client import official
 from cw_cli.client.connection import ClusterTarget, Kube, connect
 from cw_cli.client.transport import Transport
 from cw_cli.errors import ClusterUnreachable, Conflict, Forbidden, NotFound
 
 SA = "cw-light"
-OFFICIAL_FALLBACK = connection._connect_with_official_client
+OFFICIAL_FALLBACK = official.connect_with_official_client
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def no_fallback(monkeypatch):
     def refuse(target):
         raise AssertionError("connect() fell back to the official client")
 
-    monkeypatch.setattr(connection, "_connect_with_official_client", refuse)
+    monkeypatch.setattr(official, "connect_with_official_client", refuse)
 
 
 @pytest.fixture
@@ -124,12 +124,12 @@ def _whoami(credentials: kc.Credentials) -> str:
 def test_a_client_certificate_is_read_from_memory_and_never_written_to_disk(admin_credentials, monkeypatch, tmp_path):
     import tempfile
 
-    from cw_cli.client import transport
+    from cw_cli.client import tls
 
     def no_file(*args):
         raise AssertionError("the client key was written to a temp file")
 
-    monkeypatch.setattr(transport, "_load_from_temp_file", no_file)
+    monkeypatch.setattr(tls, "_load_from_temp_file", no_file)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     user = _whoami(admin_credentials)
     assert user and user != "system:anonymous"  # the certificate, not anonymous access, authenticated
@@ -141,19 +141,19 @@ def test_without_memfd_the_client_certificate_goes_through_a_private_temp_file_r
 ):
     import tempfile
 
-    from cw_cli.client import transport
+    from cw_cli.client import tls
 
     from_memory = _whoami(admin_credentials)
-    monkeypatch.delattr(transport.os, "memfd_create")
+    monkeypatch.delattr(tls.os, "memfd_create")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     modes: list[int] = []
-    real_load = transport.ssl.SSLContext.load_cert_chain
+    real_load = tls.ssl.SSLContext.load_cert_chain
 
     def spy(context, path, *args, **kwargs):
         modes.append(stat.S_IMODE(Path(path).stat().st_mode))
         return real_load(context, path, *args, **kwargs)
 
-    monkeypatch.setattr(transport.ssl.SSLContext, "load_cert_chain", spy)
+    monkeypatch.setattr(tls.ssl.SSLContext, "load_cert_chain", spy)
     assert _whoami(admin_credentials) == from_memory
     assert modes == [0o600]
     assert list(tmp_path.iterdir()) == []
@@ -383,7 +383,7 @@ def test_an_ascii_server_name_reaches_the_api_server_without_the_idna_codec(admi
 
 def test_an_auth_provider_falls_back_to_the_official_client_and_works(admin_credentials, sa_token, namespace, tmp_path, monkeypatch):
     fallbacks = []
-    monkeypatch.setattr(connection, "_connect_with_official_client", lambda target: fallbacks.append(target) or OFFICIAL_FALLBACK(target))
+    monkeypatch.setattr(official, "connect_with_official_client", lambda target: fallbacks.append(target) or OFFICIAL_FALLBACK(target))
     # The official client sends an unexpired OIDC id-token as it is: a ServiceAccount token is a JWT too.
     user = {"auth-provider": {"name": "oidc", "config": {"id-token": sa_token, "idp-issuer-url": "https://idp.invalid"}}}
     path = write_kubeconfig(tmp_path / "oidc", admin_credentials, user)

@@ -23,6 +23,7 @@ ROLE_LAYERS = ("k8s", "render", "api.py", "cli", "localrun")
 #: (file, word): the same word, not a role.
 NOT_ROLES = {
     ("client/kubeconfig.py", "server"): "the kubeconfig cluster's `server` field",
+    ("client/kubeconfig_entries.py", "server"): "the kubeconfig cluster's `server` field",
     ("render/artifact_choice.py", "export"): "the artifact kind `cw_artifacts.py` lists",
     ("cli/app.py", "export"): "the command's name",
     ("cli/export.py", "export"): "the command's name",

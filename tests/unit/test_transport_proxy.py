@@ -243,12 +243,12 @@ def test_an_exec_plugin_with_cluster_info_gets_the_proxy_url(tmp_path):
 
 
 def _both_paths(path: Path) -> tuple[Transport, Transport]:
-    from cw_cli.client import connection
+    from cw_cli.client import connection, official
 
     target = connection.ClusterTarget(kubeconfig=str(path))
     light = connection.connect(target).transport
-    official, _ = connection._connect_with_official_client(target)
-    return light, official
+    fallback, _ = official.connect_with_official_client(target)
+    return light, fallback
 
 
 @pytest.mark.parametrize("env,server,cluster,expected", [
