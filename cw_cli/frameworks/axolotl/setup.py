@@ -26,7 +26,8 @@ from cw_cli.estimate.native_setup import (
 from cw_cli.estimate.sharding import Sharding, deepspeed_sharding, fsdp_sharding
 from cw_cli.estimate.values import as_count, as_mapping, as_number, truthy
 from cw_cli.estimate.vllm import VllmSetup
-from cw_cli.frameworks.axolotl import axolotl_bool, wants_vllm_server
+from cw_cli.frameworks.axolotl.pins import axolotl_bool
+from cw_cli.frameworks.axolotl.services import wants_vllm_server
 from cw_cli.frameworks.distributed import trainer_world
 
 if TYPE_CHECKING:

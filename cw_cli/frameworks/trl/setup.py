@@ -27,7 +27,7 @@ from cw_cli.estimate.sharding import Sharding, accelerate_sharding, deepspeed_sh
 from cw_cli.estimate.values import as_count, as_mapping, as_number, truthy
 from cw_cli.estimate.vllm import VllmSetup
 from cw_cli.frameworks.distributed import trainer_world
-from cw_cli.frameworks.trl import wants_vllm_server
+from cw_cli.frameworks.trl.services import wants_vllm_server
 
 if TYPE_CHECKING:
     from cw_cli.config.models import ClusterSpec

@@ -1,0 +1,68 @@
+"""How the verifiers trainer runs: `vf-train @ config.toml` under accelerate (DeepSpeed ZeRO or
+multi-GPU), after installing its pinned stack and the run's environment when needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cw_cli.frameworks.base import CONFIG_MOUNT, Launch, RunContext, TrainingType
+from cw_cli.frameworks.distributed import accelerate_args
+from cw_cli.frameworks.verifiers.pins import CONFIG_NAME, PRIME_CLI, VERIFIERS_IMAGE, VERIFIERS_STACK
+
+
+class VerifiersLaunch(Launch):
+    """verifiers resumes by itself; a user script takes vf-train's own arguments."""
+
+    script_reads_its_own_keys = False  # a script takes vf-train's own `@ config.toml` arguments
+
+    def default_image(self, training_type: TrainingType) -> str:
+        return VERIFIERS_IMAGE
+
+    def setup_commands(self, config: dict[str, Any], context: RunContext) -> list[list[str]]:
+        env_id = str(config["env"]["id"])
+        if _module_name(env_id) in self._shipped_modules(context):
+            return []
+        # As vf-rl does before vf-train: install the environment from its hub (needs network).
+        return [["prime", "env", "install", env_id, "--with", "pip"]]
+
+    @staticmethod
+    def _shipped_modules(context: RunContext) -> set[str]:
+        return {Path(name).stem for name in context.cluster.files if name.endswith(".py")}
+
+    def pip_packages(self, config: dict[str, Any], context: RunContext) -> list[str]:
+        # A user's image (`image:`) is taken as complete; the pinned default lacks verifiers.
+        packages = [] if context.cluster.image else list(VERIFIERS_STACK)
+        if self.setup_commands(config, context):
+            packages.append(PRIME_CLI)
+        return packages
+
+    def trainer_command(self, config: dict[str, Any], context: RunContext) -> list[str]:
+        return self._launch(config, context, ["-m", "verifiers.scripts.train"])
+
+    def script_command(
+        self, config: dict[str, Any], context: RunContext, script: str
+    ) -> tuple[list[str], dict[str, Any]]:
+        # A user script takes the same `@ config.toml` arguments as verifiers' own vf-train.
+        return self._launch(config, context, [script]), config
+
+    @staticmethod
+    def _launch(config: dict[str, Any], context: RunContext, program: list[str]) -> list[str]:
+        strategy = config["accelerate_config"]
+        if strategy == "multi_gpu":
+            launch = ["accelerate", "launch", *accelerate_args(context)]
+        else:
+            launch = [
+                "accelerate",
+                "launch",
+                "--use_deepspeed",
+                "--zero_stage",
+                strategy.removeprefix("zero"),
+                *accelerate_args(context, distributed_mode=False),
+            ]
+        return [*launch, *program, "@", f"{CONFIG_MOUNT}/{CONFIG_NAME}"]
+
+
+def _module_name(env_id: str) -> str:
+    """The module verifiers imports for an environment id (its own rule: last path part, '-' -> '_')."""
+    return env_id.replace("-", "_").split("/")[-1]
