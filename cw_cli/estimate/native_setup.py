@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from msgspec import Struct
 
 from cw_cli.estimate.values import as_count, as_number
+from cw_cli.labels import SERVER
 
 if TYPE_CHECKING:  # types only: reading a config never loads the memory model
     from cw_cli.config.models import ClusterSpec
@@ -91,7 +92,7 @@ def trains_embeddings(value: Any) -> bool:
 
 def _server_args(cluster: ClusterSpec) -> dict[str, str]:
     """`--flag value` / `--flag=value` pairs of ``services.server.args`` (they come last, so they win)."""
-    spec = cluster.services.get("server")
+    spec = cluster.services.get(SERVER)
     args = list(spec.args) if spec else []
     found: dict[str, str] = {}
     for index, arg in enumerate(args):
@@ -116,12 +117,11 @@ def server_vllm(cluster: ClusterSpec, settings: Mapping[str, Any], weight_dtype:
     """
     from cw_cli.estimate.vllm import VllmSetup
 
-    spec = cluster.services.get("server")
+    spec = cluster.services.get(SERVER)
     merged = {**settings, **_server_args(cluster)}
     max_len = merged.get("max_model_len")
     dtype = merged.get("dtype", weight_dtype)
     return VllmSetup(
-        mode="server",
         gpu_memory_utilization=as_number(merged.get("gpu_memory_utilization"), 0.9),
         tensor_parallel=spec.tensor_parallel_size if spec and spec.tensor_parallel_size else 1,
         max_model_len=as_count(max_len, 0) or None,

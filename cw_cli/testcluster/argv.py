@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from .names import NAME
 from .pki import Pki
 
 #: The ports one cluster listens on (all on 127.0.0.1), one per name.
@@ -59,13 +60,13 @@ def etcd_args(state: Path, ports: Mapping[str, int]) -> list[str]:
     """etcd: one member, data in ``state/etcd``, no fsync (a throw-away test cluster)."""
     client, peer = etcd_url(ports), f"http://127.0.0.1:{ports['etcd-peer']}"
     return [
-        "--name=cw-local",
+        f"--name={NAME}",
         f"--data-dir={state / 'etcd'}",
         f"--listen-client-urls={client}",
         f"--advertise-client-urls={client}",
         f"--listen-peer-urls={peer}",
         f"--initial-advertise-peer-urls={peer}",
-        f"--initial-cluster=cw-local={peer}",
+        f"--initial-cluster={NAME}={peer}",
         "--initial-cluster-state=new",
         "--unsafe-no-fsync=true",
         "--log-level=warn",

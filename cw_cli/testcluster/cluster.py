@@ -7,214 +7,55 @@ go through cw's own client, built by :mod:`.api` from the cluster's admin certif
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
-import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import msgspec
-import yaml
-from msgspec import Struct, field
 from msgspec.structs import asdict
 
 from cw_cli.client.kubeconfig import KubeconfigError
 from cw_cli.errors import ClusterUnreachable, CwError
-from cw_cli.labels import GPU_RESOURCE
-from cw_cli.plain_files import read_plain_file
 
 from . import api, argv, controllers, jobset, kueue, procs
 from .build import Binaries, binary_paths, ensure_binaries, missing_components
 from .errors import StartError, TestClusterError
-from .kubeconfig import (
-    CONTEXT,
-    component_kubeconfig,
-    default_user_kubeconfig,
-    merge_user_kubeconfig,
-    remove_from_user_kubeconfig,
-    write_yaml,
-)
+from .kubeconfig import CONTEXT, default_user_kubeconfig, merge_user_kubeconfig, remove_from_user_kubeconfig
+from .launcher import Launcher, free_ports, wait_until
 from .paths import cluster_resources_dir, default_cluster_dir
-from .pki import CertPair, Pki, generate_pki, load_pki
+from .pki import Pki, generate_pki, load_pki
+from .records import (
+    COMPONENTS,
+    MARKER,
+    STATE_FILE,
+    ClusterInfo,
+    ClusterStatus,
+    DownResult,
+    NodeStatus,
+    ProcessStatus,
+    check_state_dir,
+    is_cluster_state,
+    load_info,
+    node_status,
+)
+from .state_files import client_certs, node_manifests, write_kubeconfigs, write_kwok_files
 from .volumes import DEFAULT_CLAIM, DEFAULT_NAMESPACE, volume_manifests
 
 if TYPE_CHECKING:
     from cw_cli.client.connection import Kube
 
-MARKER = ".cw-local-cluster"
-STATE_FILE = "cluster.json"
-# Start order; stop order is the reverse.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+__all__ = [
+    "COMPONENTS", "MARKER", "STATE_FILE", "ClusterInfo", "ClusterStatus", "DownResult", "NodeStatus", "ProcessStatus",
+    "client_certs", "down", "status", "up",
+]  # fmt: skip
 QUEUEING = ("jobset", "kueue")  # optional components `up(kueue=True)` builds and starts, in this order
-STAGES = ("node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-waiting", "pod-complete",
-          "pod-fail", "pod-terminate", "pod-delete")
-FAKE_LOG_LINES = (
-    "cw test cluster: this pod runs on a KWOK fake node; no container was started.",
-    "cw test cluster: every container of every pod shows this same log (kwok ClusterLogs).",
-)
-
-
-class ClusterInfo(Struct):
-    """What `up` started (also stored as <state_dir>/cluster.json)."""
-
-    state_dir: str
-    server: str
-    kubeconfig: str  # the user kubeconfig the cw-test context was merged into
-    admin_kubeconfig: str  # a kubeconfig inside the state dir (file-referenced certs)
-    context: str
-    ports: dict[str, int]
-    versions: dict[str, str]
-    nodes: list[str]
-    pids: dict[str, int]
-    build_seconds: float = 0.0
-    built: list[str] = field(default_factory=list)
-    start_seconds: float = 0.0
-    already_running: bool = False
-
-
-class ProcessStatus(Struct):
-    name: str
-    pid: int
-    alive: bool
-    log: str
-
-
-class NodeStatus(Struct):
-    name: str
-    ready: bool
-    gpus: str
-    cpu: str
-    memory: str
-    taints: list[str]
-
-
-class ClusterStatus(Struct):
-    state_dir: str
-    exists: bool  # a state dir with a cluster record exists
-    api_ready: bool
-    server: str | None
-    kubeconfig: str | None
-    processes: list[ProcessStatus]
-    nodes: list[NodeStatus]
-    error: str | None = None  # why the API could not be queried
-
-    @property
-    def running(self) -> bool:
-        return self.exists and self.api_ready and bool(self.processes) and all(
-            p.alive for p in self.processes)
-
-
-class DownResult(Struct):
-    state_dir: str
-    stopped: dict[str, str]  # component -> "stopped" | "killed" | "not running"
-    removed_state: bool
-    kubeconfig_cleaned: str | None
 
 
 # --------------------------------------------------------------------------- helpers
-
-def _free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
-
-
-def _tail(path: str | Path, n: int = 8) -> str:
-    try:
-        lines = Path(path).read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return " | ".join(lines[-n:])
-
-
-def _load_info(state: Path) -> ClusterInfo | None:
-    """The cluster's record, or None when there is none or it is not one `up` wrote (corrupt,
-    fields of the wrong type, not a regular file): `status` and `down` then go by the pid records."""
-    try:
-        return msgspec.json.decode(read_plain_file(state / STATE_FILE, 2**20), type=ClusterInfo)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
-
-
-def _check_state_dir(state: Path) -> None:
-    if state.exists() and any(state.iterdir()) and not (state / MARKER).exists():
-        raise TestClusterError(
-            f"{state} is not empty and was not made by cw; refusing to use it as cluster state dir")
-
-
-def _node_manifests(gpu_nodes: int, cpu_nodes: int) -> list[dict]:
-    res = cluster_resources_dir() / "nodes"
-    gpu = yaml.safe_load((res / "gpu-node.yaml").read_text())
-    cpu = yaml.safe_load((res / "cpu-node.yaml").read_text())
-    out = []
-    for template, prefix, count in ((gpu, "cw-gpu", gpu_nodes), (cpu, "cw-cpu", cpu_nodes)):
-        for i in range(count):
-            node = copy.deepcopy(template)
-            name = f"{prefix}-{i}"
-            node["metadata"]["name"] = name
-            node["metadata"]["labels"]["kubernetes.io/hostname"] = name
-            for addr in node["status"]["addresses"]:
-                if addr["type"] == "Hostname":
-                    addr["address"] = name
-            out.append(node)
-    return out
-
-
-def _kwok_config(log_file: Path) -> str:
-    """Multi-document kwok --config: the stages and a ClusterLogs for all pods."""
-    stage_dir = cluster_resources_dir() / "stages"
-    # No KwokConfiguration document: a partial one replaces kwok's defaults (parallelism 0 fails).
-    text = [(stage_dir / f"{s}.yaml").read_text() for s in STAGES]
-    text.append(yaml.safe_dump({
-        "apiVersion": "kwok.x-k8s.io/v1alpha1",
-        "kind": "ClusterLogs",
-        "metadata": {"name": "cw-all-pods"},
-        "spec": {"selector": {}, "logs": [{"logsFile": str(log_file), "follow": False}]},
-    }, sort_keys=False))
-    return "\n---\n".join(t.strip() + "\n" for t in text)
-
-
-def _write_fake_log(path: Path) -> None:
-    """A CRI-format container log file (what kwok's log endpoint reads)."""
-    ts = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
-    path.write_text("".join(f"{ts} stdout F {line}\n" for line in FAKE_LOG_LINES))
-
-
-def _write_kwok_files(state: Path) -> None:
-    """kwok's folder: its --config and the fake container log its ClusterLogs serves."""
-    folder = argv.kwok_dir(state)
-    folder.mkdir()
-    fake_log = folder / "container.log"
-    _write_fake_log(fake_log)
-    argv.kwok_config_path(state).write_text(_kwok_config(fake_log))
-
-
-def _client_certs(pki: Pki) -> dict[str, CertPair]:
-    """The client certificate of each of :data:`argv.KUBECONFIG_USERS`."""
-    return {"kube-controller-manager": pki.controller_manager, "kube-scheduler": pki.scheduler,
-            "kwok": pki.kwok_client, "admin": pki.admin}  # fmt: skip
-
-
-def _write_kubeconfigs(state: Path, server: str, pki: Pki) -> None:
-    """One kubeconfig per component (and admin), referencing the PKI's files by path."""
-    certs = _client_certs(pki)
-    for user in argv.KUBECONFIG_USERS:
-        pair = certs[user]
-        write_yaml(argv.kubeconfig_path(state, user), component_kubeconfig(server, pki.ca.cert, pair.cert, pair.key, user))
-
 
 def _create_nodes(kube: Kube, manifests: list[dict]) -> None:
     for node in manifests:
@@ -223,7 +64,7 @@ def _create_nodes(kube: Kube, manifests: list[dict]) -> None:
 
 def _nodes_ready(kube: Kube, wanted: set[str]) -> bool:
     """All `wanted` nodes Ready and without not-ready/unreachable taints."""
-    ready = {s.name for s in map(_node_status, api.nodes(kube))
+    ready = {s.name for s in map(node_status, api.nodes(kube))
              if s.ready and not any("not-ready" in t or "unreachable" in t for t in s.taints)}
     return wanted <= ready
 
@@ -235,65 +76,12 @@ def _create_checkpoint_volume(kube: Kube) -> None:
     api.create(kube, f"/api/v1/namespaces/{DEFAULT_NAMESPACE}/persistentvolumeclaims", claim)
 
 
-def _wait_until(
-    probe: Callable[[], bool],
-    deadline: float,
-    what: str,
-    interval: float = 0.3,
-    check: Callable[[], None] = lambda: None,
-) -> None:
-    """Poll ``probe`` until it is true; ``check`` raises if a process died meanwhile."""
-    while True:
-        check()
-        try:
-            if probe():
-                return
-        except TestClusterError:
-            raise
-        except (OSError, ValueError, CwError):
-            pass  # not up yet: no answer, an error status, or a half-written object
-        if time.monotonic() > deadline:
-            raise StartError(f"timed out waiting for {what}")
-        time.sleep(interval)
-
-
-class _Launcher:
-    """Starts the cluster's processes (each recorded for `down`) and polls until one deadline.
-
-    Args:
-        state: The state folder (``logs/`` and ``pids/`` inside).
-        timeout: Seconds the whole start may take.
-    """
-
-    def __init__(self, state: Path, timeout: float) -> None:
-        self.state = state
-        self.timeout = timeout
-        self.deadline = time.monotonic() + timeout
-        self.env = argv.component_env(os.environ)
-        self.started: dict[str, procs.ProcRecord] = {}
-
-    def spawn(self, name: str, command: Sequence[str | os.PathLike[str]], env: dict[str, str] | None = None) -> None:
-        """Start ``command`` as component ``name``, its output in ``logs/<name>.log``."""
-        self.started[name] = procs.spawn(name, [str(a) for a in command], self.state / "logs" / f"{name}.log",
-                                         self.state / "pids", env=env or self.env)  # fmt: skip
-
-    def check_alive(self) -> None:
-        """Raise StartError (with its log's tail) if a started process has exited."""
-        for name, rec in self.started.items():
-            if not procs.is_alive(rec):
-                raise StartError(f"{name} exited during start-up; log {rec.log}: {_tail(rec.log)}", rec.log)
-
-    def wait(self, what: str, probe: Callable[[], bool], interval: float = 0.2) -> None:
-        """Poll ``probe`` until true; fail at the deadline or when a process died."""
-        _wait_until(probe, self.deadline, f"{what} (after {self.timeout:.0f}s)", interval, self.check_alive)
-
-
 # --------------------------------------------------------------------------- public API
 
 def status(state_dir: str | Path | None = None) -> ClusterStatus:
     """Which processes are alive, whether the API answers /readyz, and the nodes."""
     state = Path(state_dir).expanduser() if state_dir else default_cluster_dir()
-    info = _load_info(state)
+    info = load_info(state)
     recs = procs.load_records(state / "pids")
     plist = [ProcessStatus(r.name, r.pid, procs.is_alive(r), r.log) for r in recs]
     order = {n: i for i, n in enumerate(COMPONENTS)}
@@ -310,7 +98,7 @@ def status(state_dir: str | Path | None = None) -> ClusterStatus:
     try:
         kube.raw("GET", "/readyz", accept="text/plain", timeout=3.0, what="read /readyz")
         st.api_ready = True
-        st.nodes = [_node_status(n) for n in api.nodes(kube)]
+        st.nodes = [node_status(n) for n in api.nodes(kube)]
     except ClusterUnreachable as e:
         st.error = f"API server {info.server} not reachable: {e.detail or e}"
     except CwError as e:
@@ -318,16 +106,6 @@ def status(state_dir: str | Path | None = None) -> ClusterStatus:
     finally:
         kube.close()
     return st
-
-
-def _node_status(n: dict) -> NodeStatus:
-    st = n.get("status") or {}
-    conds = {c.get("type"): c.get("status") for c in st.get("conditions") or []}
-    alloc = st.get("allocatable") or {}
-    taints = [f"{t.get('key')}:{t.get('effect')}" for t in n.get("spec", {}).get("taints", []) or []]
-    return NodeStatus(n["metadata"]["name"], conds.get("Ready") == "True",
-                      alloc.get(GPU_RESOURCE, "0"), alloc.get("cpu", "?"),
-                      alloc.get("memory", "?"), taints)
 
 
 def up(
@@ -355,7 +133,7 @@ def up(
     user_kc = Path(kubeconfig).expanduser() if kubeconfig else default_user_kubeconfig()
     if gpu_nodes < 0 or cpu_nodes < 0:
         raise TestClusterError("node counts must be >= 0")
-    _check_state_dir(state)
+    check_state_dir(state)
 
     running = _reuse_running(state, user_kc, gpu_nodes, cpu_nodes, timeout, set_current_context, say, kueue)
     if running is not None:
@@ -388,7 +166,7 @@ def _reuse_running(state: Path, user_kc: Path, gpu_nodes: int, cpu_nodes: int, t
                    set_current_context: bool, say: Callable[[str], None], kueue: bool) -> ClusterInfo | None:  # fmt: skip
     """The cluster already running in ``state``, topped up to the nodes asked for; None when
     there is none (a stale one, or leftover processes, are stopped first)."""
-    info = _load_info(state)
+    info = load_info(state)
     if info is None:
         if procs.load_records(state / "pids"):
             down(state)
@@ -427,7 +205,7 @@ def _top_up_nodes(info: ClusterInfo, st: ClusterStatus, pki: Pki, gpu_nodes: int
                   timeout: float, say: Callable[[str], None]) -> None:  # fmt: skip
     """Create the nodes asked for that a running cluster lacks (never removes one)."""
     have = {n.name for n in st.nodes}
-    extra = [n for n in _node_manifests(gpu_nodes, cpu_nodes) if n["metadata"]["name"] not in have]
+    extra = [n for n in node_manifests(gpu_nodes, cpu_nodes) if n["metadata"]["name"] not in have]
     if not extra:
         return
     say(f"adding {len(extra)} fake nodes")
@@ -435,7 +213,7 @@ def _top_up_nodes(info: ClusterInfo, st: ClusterStatus, pki: Pki, gpu_nodes: int
     try:
         _create_nodes(kube, extra)
         names = {n["metadata"]["name"] for n in extra}
-        _wait_until(lambda: _nodes_ready(kube, names), time.monotonic() + timeout, "new fake nodes to become Ready")
+        wait_until(lambda: _nodes_ready(kube, names), time.monotonic() + timeout, "new fake nodes to become Ready")
         info.nodes = sorted(set(info.nodes) | names)
     finally:
         kube.close()
@@ -461,9 +239,9 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
            timeout: float, set_current: bool, say: Callable[[str], None],
            with_kueue: bool = False) -> ClusterInfo:  # fmt: skip
     """Start every process in order, waiting for what the next one needs; the cluster's record."""
-    launcher = _Launcher(state, timeout)
+    launcher = Launcher(state, timeout)
     pki = generate_pki(state / "pki")
-    ports = argv.assign_ports(_free_ports(len(argv.PORT_NAMES)))
+    ports = argv.assign_ports(free_ports(len(argv.PORT_NAMES)))
     server = argv.server_url(ports)
     kube = api.admin_client(server, pki)
     try:
@@ -472,7 +250,7 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
         say("starting kube-apiserver")
         launcher.spawn("kube-apiserver", [bins.kube_apiserver, *argv.apiserver_args(pki, ports)])
         launcher.wait("kube-apiserver /readyz", lambda: api.ready(kube))
-        _write_kubeconfigs(state, server, pki)
+        write_kubeconfigs(state, server, pki)
 
         say("starting kube-controller-manager, kube-scheduler, kwok")
         launcher.spawn("kube-controller-manager", [bins.kube_controller_manager, *argv.controller_manager_args(state, pki, ports)])
@@ -480,10 +258,10 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
         # kwok's Logs CRD before kwok: tests may create a Logs object (name/namespace = the pod) that
         # points a container's log at their own CRI-format file; ClusterLogs (in --config) covers the rest.
         api.install_crds(kube, cluster_resources_dir() / "crds", launcher.wait)
-        _write_kwok_files(state)
+        write_kwok_files(state)
         launcher.spawn("kwok", [bins.kwok, *argv.kwok_args(state, pki, ports)], env=argv.kwok_env(os.environ, state))
 
-        nodes = _node_manifests(gpu_nodes, cpu_nodes)
+        nodes = node_manifests(gpu_nodes, cpu_nodes)
         say(f"creating {len(nodes)} fake nodes")
         _create_nodes(kube, nodes)
         wanted = {n["metadata"]["name"] for n in nodes}
@@ -506,7 +284,7 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
     )  # fmt: skip
 
 
-def _start_queueing(launcher: _Launcher, kube: Kube, pki: Pki, say: Callable[[str], None]) -> None:
+def _start_queueing(launcher: Launcher, kube: Kube, pki: Pki, say: Callable[[str], None]) -> None:
     """JobSet, then Kueue, as local processes beside the cluster.
 
     KWOK's serving certificate is valid for 127.0.0.1, where JobSet and Kueue serve their webhooks
@@ -521,7 +299,7 @@ def _start_queueing(launcher: _Launcher, kube: Kube, pki: Pki, say: Callable[[st
 
 def _controller_ports() -> tuple[int, int, int]:
     """(webhook, health, metrics) ports for a controller on 127.0.0.1."""
-    webhook, health, metrics = _free_ports(3)
+    webhook, health, metrics = free_ports(3)
     return webhook, health, metrics
 
 
@@ -530,7 +308,7 @@ def down(state_dir: str | Path | None = None, timeout: float = 10.0,
     """Stop every recorded process (SIGTERM, SIGKILL after `timeout`), drop the cw-test entries
     from the kubeconfig `up` wrote, and delete the state dir. Idempotent."""
     state = Path(state_dir).expanduser() if state_dir else default_cluster_dir()
-    info = _load_info(state)
+    info = load_info(state)
     recs = procs.load_records(state / "pids")
     order = {n: i for i, n in enumerate(COMPONENTS)}
     recs.sort(key=lambda r: -order.get(r.name, len(COMPONENTS)))  # watchdog first, etcd last
@@ -544,7 +322,7 @@ def down(state_dir: str | Path | None = None, timeout: float = 10.0,
         except OSError:
             pass
     removed = False
-    if not keep_state and state.exists() and (state / MARKER).exists():
+    if not keep_state and state.exists() and is_cluster_state(state):
         shutil.rmtree(state, ignore_errors=True)
         removed = not state.exists()
     return DownResult(str(state), stopped, removed, cleaned)

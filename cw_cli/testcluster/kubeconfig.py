@@ -9,12 +9,13 @@ from pathlib import Path
 import yaml
 
 from .errors import TestClusterError
+from .names import LEGACY_NAME, NAME
 
 #: The kubeconfig context (and cluster and user) of the test cluster. "local" means this machine
 #: without a cluster (`--local`); the context was called `cw-local` before, and `cw cluster
 #: down` still removes entries of that name.
-CONTEXT = "cw-test"
-LEGACY_CONTEXT = "cw-local"
+CONTEXT = NAME
+LEGACY_CONTEXT = LEGACY_NAME
 
 
 def default_user_kubeconfig() -> Path:

@@ -15,6 +15,7 @@ from pathlib import Path
 from msgspec import Struct
 
 from .errors import TestClusterError
+from .names import NAME
 
 
 class CertPair(Struct, frozen=True):
@@ -55,116 +56,98 @@ def _write(path: Path, data: bytes, private: bool = False) -> None:
         path.chmod(0o600)
 
 
-def generate_pki(directory: Path, service_ip: str = "10.96.0.1") -> Pki:
-    """Create all keys and certificates under `directory` (overwriting)."""
-    x509, hashes, serialization, ec, rsa, EKU, NameOID = _imports()
-    directory.mkdir(parents=True, exist_ok=True)
-    now = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=5)
-    until = now + _dt.timedelta(days=365)
+class _Issuer:
+    """The cluster's CA, signing the other certificates into one folder."""
 
-    def key_pem(key) -> bytes:
-        return key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
+    def __init__(self, directory: Path) -> None:
+        self.crypto = _imports()
+        x509, hashes, serialization, ec, _, _, _ = self.crypto
+        self.directory = directory
+        self.now = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=5)
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        self.name = self.subject(f"{NAME}-ca")
+        cert = (
+            self.builder(self.name, self.key.public_key(), days=3650, ca=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False)
+            .sign(self.key, hashes.SHA256())
         )
+        self.pair = CertPair(directory / "ca.crt", directory / "ca.key")
+        _write(self.pair.cert, cert.public_bytes(serialization.Encoding.PEM))
+        _write(self.pair.key, _key_pem(self.key, serialization), private=True)
 
-    def name(cn: str, org: str | None = None):
+    def subject(self, cn: str, org: str | None = None):
+        """An X.509 name: the common name, after the organization (a Kubernetes group) if any."""
+        x509, NameOID = self.crypto[0], self.crypto[6]
         attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
         if org:
             attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
         return x509.Name(attrs)
 
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = name("cw-local-ca")
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + _dt.timedelta(days=3650))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    ca = CertPair(directory / "ca.crt", directory / "ca.key")
-    _write(ca.cert, ca_cert.public_bytes(serialization.Encoding.PEM))
-    _write(ca.key, key_pem(ca_key), private=True)
-
-    def issue(stem: str, cn: str, org: str | None = None, server: bool = False,
-              dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()) -> CertPair:
-        key = ec.generate_private_key(ec.SECP256R1())
-        b = (
+    def builder(self, subject, public_key, days: int, ca: bool):
+        """A certificate of ``subject`` issued by this CA (itself when ``ca``), valid for ``days``."""
+        x509 = self.crypto[0]
+        usage = x509.KeyUsage(
+            digital_signature=True, key_cert_sign=ca, crl_sign=ca, content_commitment=False, key_encipherment=False,
+            data_encipherment=False, key_agreement=False, encipher_only=False, decipher_only=False,
+        )  # fmt: skip
+        return (
             x509.CertificateBuilder()
-            .subject_name(name(cn, org))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
+            .subject_name(subject)
+            .issuer_name(subject if ca else self.name)
+            .public_key(public_key)
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(until)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True, key_encipherment=False, content_commitment=False,
-                    data_encipherment=False, key_agreement=False, key_cert_sign=False,
-                    crl_sign=False, encipher_only=False, decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(
-                x509.ExtendedKeyUsage([EKU.SERVER_AUTH] if server else [EKU.CLIENT_AUTH]),
-                critical=False,
-            )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                critical=False,
-            )
+            .not_valid_before(self.now)
+            .not_valid_after(self.now + _dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+            .add_extension(usage, critical=True)
+        )
+
+    def issue(self, stem: str, cn: str, org: str | None = None, server: bool = False,
+              dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()) -> CertPair:  # fmt: skip
+        """A key and a client (or, with ``server``, serving) certificate as ``stem``.crt/.key."""
+        x509, hashes, serialization, ec, _, EKU, _ = self.crypto
+        key = ec.generate_private_key(ec.SECP256R1())
+        usage = x509.ExtendedKeyUsage([EKU.SERVER_AUTH] if server else [EKU.CLIENT_AUTH])
+        builder = (
+            self.builder(self.subject(cn, org), key.public_key(), days=365, ca=False)
+            .add_extension(usage, critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), critical=False)
         )
         if dns or ips:
-            sans = [x509.DNSName(d) for d in dns] + [
-                x509.IPAddress(ipaddress.ip_address(i)) for i in ips
-            ]
-            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        cert = b.sign(ca_key, hashes.SHA256())
-        pair = CertPair(directory / f"{stem}.crt", directory / f"{stem}.key")
-        _write(pair.cert, cert.public_bytes(serialization.Encoding.PEM))
-        _write(pair.key, key_pem(key), private=True)
+            sans = [x509.DNSName(d) for d in dns] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        pair = CertPair(self.directory / f"{stem}.crt", self.directory / f"{stem}.key")
+        _write(pair.cert, builder.sign(self.key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+        _write(pair.key, _key_pem(key, serialization), private=True)
         return pair
 
+
+def _key_pem(key, serialization) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+def generate_pki(directory: Path, service_ip: str = "10.96.0.1") -> Pki:
+    """Create all keys and certificates under `directory` (overwriting)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = _Issuer(directory)
+    issue = ca.issue
     apiserver = issue(
         "apiserver", "kube-apiserver", server=True,
-        dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-             "kubernetes.default.svc.cluster.local"),
+        dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"),
         ips=("127.0.0.1", service_ip),
-    )
+    )  # fmt: skip
     kubelet_client = issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
-    admin = issue("admin", "cw-local-admin", "system:masters")
+    admin = issue("admin", f"{NAME}-admin", "system:masters")
     kcm = issue("controller-manager", "system:kube-controller-manager")
     sched = issue("scheduler", "system:kube-scheduler")
     kwok_client = issue("kwok-client", "kwok-controller", "system:masters")
     kwok_serving = issue("kwok-serving", "kwok", server=True, dns=("localhost",), ips=("127.0.0.1",))
-
+    _, _, serialization, _, rsa, _, _ = ca.crypto
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     sa_key, sa_pub = directory / "sa.key", directory / "sa.pub"
-    _write(sa_key, key_pem(sa), private=True)
-    _write(
-        sa_pub,
-        sa.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        ),
-    )
-    return Pki(directory, ca, apiserver, kubelet_client, admin, kcm, sched, kwok_client,
-               kwok_serving, sa_key, sa_pub)
+    _write(sa_key, _key_pem(sa, serialization), private=True)
+    _write(sa_pub, sa.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return Pki(directory, ca.pair, apiserver, kubelet_client, admin, kcm, sched, kwok_client, kwok_serving, sa_key, sa_pub)
 
 
 def load_pki(directory: Path) -> Pki:

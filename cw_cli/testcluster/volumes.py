@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .names import NAME
+
 #: The claim `cw cluster up` creates in namespace default (configs/test-cluster-sft.yaml uses it).
 DEFAULT_CLAIM = "checkpoints"
 DEFAULT_NAMESPACE = "default"
@@ -17,17 +19,17 @@ DEFAULT_NAMESPACE = "default"
 
 def volume_manifests(namespace: str, claim: str, size: str = "500Gi") -> tuple[dict[str, Any], dict[str, Any]]:
     """A PersistentVolume and the PersistentVolumeClaim it is bound to (ReadWriteMany, no class)."""
-    volume_name = f"cw-local-{namespace}-{claim}"[:253]
+    volume_name = f"{NAME}-{namespace}-{claim}"[:253]
     volume = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": {"name": volume_name, "labels": {"app.kubernetes.io/managed-by": "cw-local-cluster"}},
+        "metadata": {"name": volume_name, "labels": {"app.kubernetes.io/managed-by": f"{NAME}-cluster"}},
         "spec": {
             "capacity": {"storage": size},
             "accessModes": ["ReadWriteMany"],
             "persistentVolumeReclaimPolicy": "Retain",
             "storageClassName": "",
-            "hostPath": {"path": f"/var/lib/cw-local/{namespace}/{claim}"},
+            "hostPath": {"path": f"/var/lib/{NAME}/{namespace}/{claim}"},
             "claimRef": {"namespace": namespace, "name": claim},
         },
     }

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from unit_helpers import REPO
 
-from cw_cli.testcluster import argv, cluster
+from cw_cli.testcluster import argv, cluster, state_files
 from cw_cli.testcluster.pki import Pki, load_pki
 
 FLAG = re.compile(r"^--[a-z][a-z0-9-]*=\S+$")
@@ -168,7 +168,7 @@ def test_every_path_stays_in_the_state_dir(args, state):
 
 
 def test_every_kubeconfig_user_has_a_client_certificate(pki):
-    certs = cluster._client_certs(pki)
+    certs = state_files.client_certs(pki)
     assert set(certs) == set(argv.KUBECONFIG_USERS)
     assert certs["admin"] == pki.admin
     assert len({pair.cert for pair in certs.values()}) == len(certs)  # each its own identity
