@@ -21,7 +21,7 @@ from cw_cli.estimate.values import as_count, as_number
 from cw_cli.labels import SERVER
 
 if TYPE_CHECKING:  # types only: reading a config never loads the memory model
-    from cw_cli.config.models import ClusterSpec
+    from cw_cli.config.models import ClusterSpec, ServiceResources
     from cw_cli.estimate.memory import TrainingSetup
     from cw_cli.estimate.vllm import VllmSetup
 
@@ -90,9 +90,14 @@ def trains_embeddings(value: Any) -> bool:
     return any(str(name).rsplit(".", 1)[-1] in _EMBEDDING_MODULES for name in names)
 
 
+def _server_service(cluster: ClusterSpec) -> ServiceResources | None:
+    """``services.server``, if the config has one."""
+    return cluster.services.get(SERVER)  # type: ignore[call-overload]  # SERVER is the key's Literal "server", typed str
+
+
 def _server_args(cluster: ClusterSpec) -> dict[str, str]:
     """`--flag value` / `--flag=value` pairs of ``services.server.args`` (they come last, so they win)."""
-    spec = cluster.services.get(SERVER)
+    spec = _server_service(cluster)
     args = list(spec.args) if spec else []
     found: dict[str, str] = {}
     for index, arg in enumerate(args):
@@ -117,7 +122,7 @@ def server_vllm(cluster: ClusterSpec, settings: Mapping[str, Any], weight_dtype:
     """
     from cw_cli.estimate.vllm import VllmSetup
 
-    spec = cluster.services.get(SERVER)
+    spec = _server_service(cluster)
     merged = {**settings, **_server_args(cluster)}
     max_len = merged.get("max_model_len")
     dtype = merged.get("dtype", weight_dtype)
