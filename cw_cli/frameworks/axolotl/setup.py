@@ -71,43 +71,98 @@ def _axolotl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec
              model_config: Mapping[str, Any] | None, notes: list[str],
              unmodelled: list[str]) -> tuple[TrainingSetup, VllmSetup | None]:
     gpus, nodes = trainer_world(cluster)
+    adapter = _adapter_fields(native, model_config, notes)
+    precision = _precision_fields(native, notes)
+    sharding = _axolotl_sharding(native, base_dir, notes)
+    checkpointing = _checkpointing(native, sharding, notes)
+    sharding = replace(sharding, **_axolotl_parallelism(native, gpus * nodes))
+    attention = native.get("attn_implementation") or ("flash_attention_2" if truthy(native.get("flash_attention"))
+                                                      else None)  # fmt: skip
+    setup = TrainingSetup(
+        **adapter,
+        **precision,
+        optimizer=str(native.get("optimizer") or "adamw_torch_fused"),
+        **sharding.setup_fields(),
+        gpus_per_node=gpus,
+        nodes=nodes,
+        micro_batch=as_count(native.get("micro_batch_size"), 1),
+        gradient_accumulation=as_count(native.get("gradient_accumulation_steps"), 1),
+        seq_len=as_count(native.get("sequence_len"), 2048),
+        packing=truthy(native.get("sample_packing")),
+        gradient_checkpointing=checkpointing,
+        attention=attention_name(attention),
+        **_objective_fields(native, adapter["method"], unmodelled),
+    )
+    if training_type != "grpo":
+        return setup, None
+    return _grpo(native, cluster, setup, notes)
+
+
+def _adapter_fields(native: Mapping[str, Any], model_config: Mapping[str, Any] | None,
+                    notes: list[str]) -> dict[str, Any]:
+    """LoRA / QLoRA (``adapter``) or full training: the method, the adapter's shape and the base's quantisation."""
     adapter = str(native.get("adapter") or "").lower()
     q4, q8 = truthy(native.get("load_in_4bit")), truthy(native.get("load_in_8bit"))
     method = "qlora" if adapter == "qlora" or (adapter == "lora" and q4) else "lora" if adapter == "lora" else "full"
-    quantization = "nf4" if method == "qlora" else "int8" if adapter == "lora" and q8 else None
     if truthy(native.get("lora_target_linear")):
         targets: tuple[str, ...] | str = ALL_LINEAR
     else:
         targets, default = lora_targets(native.get("lora_target_modules"), model_config)
         if default and method != "full":
             notes.append(f"no lora_target_modules or lora_target_linear: counted as {', '.join(targets)}")
+    return {
+        "method": method,
+        "lora_rank": as_count(native.get("lora_r"), 8),
+        "lora_targets": targets,
+        "lora_dropout": as_number(native.get("lora_dropout"), 0.0),
+        "train_embeddings": method != "full" and trains_embeddings(native.get("lora_modules_to_save")),
+        "quantization": "nf4" if method == "qlora" else "int8" if adapter == "lora" and q8 else None,
+        "double_quant": True,
+    }
+
+
+def _precision_fields(native: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The weights' dtype and mixed precision (``bf16``, ``fp16`` and their long spellings)."""
     bf16 = native.get("bf16")
     bf16_on = bf16 == "auto" or truthy(bf16) or truthy(native.get("bfloat16"))
     fp16_on = not bf16_on and (truthy(native.get("fp16")) or truthy(native.get("float16")))
     if bf16 == "auto":
         notes.append("bf16: auto is counted as bf16 (the GPUs support it)")
-    sharding = Sharding()
+    return {
+        "weight_dtype": "bf16" if bf16_on else "fp16" if fp16_on else "fp32",
+        "mixed_precision": "bf16" if bf16_on else "fp16" if fp16_on else "no",
+    }
+
+
+def _axolotl_sharding(native: Mapping[str, Any], base_dir: Path | None, notes: list[str]) -> Sharding:
+    """DeepSpeed (a file, Axolotl's own by name) or FSDP (``fsdp_config``, ``fsdp: [... offload]``)."""
     if native.get("deepspeed"):
-        sharding = deepspeed_sharding(native["deepspeed"], base_dir, notes, AXOLOTL_DEEPSPEED) or Sharding()
-    elif native.get("fsdp") or native.get("fsdp_config"):
-        found = fsdp_sharding(as_mapping(native.get("fsdp_config")), notes, source="fsdp_config")
-        fsdp = native.get("fsdp")
-        words: list[Any] = fsdp if isinstance(fsdp, list) else []
-        offload = any(str(w).lower() == "offload" for w in words)
-        sharding = replace(found or Sharding(fsdp=True), fsdp=True)
-        if offload:
-            sharding = replace(sharding, offload_optimizer=True, offload_params=True)
+        return deepspeed_sharding(native["deepspeed"], base_dir, notes, AXOLOTL_DEEPSPEED) or Sharding()
+    if not (native.get("fsdp") or native.get("fsdp_config")):
+        return Sharding()
+    found = fsdp_sharding(as_mapping(native.get("fsdp_config")), notes, source="fsdp_config")
+    fsdp = native.get("fsdp")
+    words: list[Any] = fsdp if isinstance(fsdp, list) else []
+    sharding = replace(found or Sharding(fsdp=True), fsdp=True)
+    if any(str(w).lower() == "offload" for w in words):
+        sharding = replace(sharding, offload_optimizer=True, offload_params=True)
+    return sharding
+
+
+def _checkpointing(native: Mapping[str, Any], sharding: Sharding, notes: list[str]) -> bool:
+    """Gradient checkpointing: on, ``offload`` (counted as on the GPU), or FSDP's own per layer."""
     checkpointing = native.get("gradient_checkpointing", False)
     if checkpointing == "offload":
         notes.append("gradient_checkpointing: offload moves the checkpoints to CPU; counted as on the GPU")
-    if sharding.activation_checkpointing:
-        checkpointing = True  # fsdp_config.activation_checkpointing: FSDP checkpoints each layer
-    sharding = replace(sharding, **_axolotl_parallelism(native, gpus * nodes))
+    # fsdp_config.activation_checkpointing: FSDP checkpoints each layer
+    return sharding.activation_checkpointing or checkpointing == "offload" or truthy(checkpointing)
+
+
+def _objective_fields(native: Mapping[str, Any], method: str, unmodelled: list[str]) -> dict[str, Any]:
+    """What the method's loss adds: paired forwards, a reference model, a score head, the fused
+    LM head of Axolotl's plugins, tiled MLPs; and what the model does not count."""
     rl = str(native.get("rl") or "").lower()
     plugins = " ".join(map(str, native.get("plugins") or [])) if isinstance(native.get("plugins"), list) else ""
-    # cut-cross-entropy and Liger's fused linear cross-entropy never build the logits
-    fused_head = ("cut_cross_entropy" in plugins and native.get("cut_cross_entropy") is not False) or (
-        "liger" in plugins and truthy(native.get("liger_fused_linear_cross_entropy")))
     score_labels = None
     if truthy(native.get("reward_model")):
         score_labels = as_count(native.get("num_labels"), 1)  # TRL's RewardTrainer on a classifier
@@ -117,37 +172,21 @@ def _axolotl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec
         unmodelled.append("`rl: ebft` (its training loop)")
     if as_count(native.get("expert_parallel_size"), 1) > 1:
         unmodelled.append("`expert_parallel_size` (experts sharded over ranks)")
-    attention = native.get("attn_implementation") or ("flash_attention_2" if truthy(native.get("flash_attention"))
-                                                      else None)  # fmt: skip
-    setup = TrainingSetup(
-        method=method,
-        lora_rank=as_count(native.get("lora_r"), 8),
-        lora_targets=targets,
-        lora_dropout=as_number(native.get("lora_dropout"), 0.0),
-        train_embeddings=method != "full" and trains_embeddings(native.get("lora_modules_to_save")),
-        weight_dtype="bf16" if bf16_on else "fp16" if fp16_on else "fp32",
-        quantization=quantization,
-        double_quant=True,
-        mixed_precision="bf16" if bf16_on else "fp16" if fp16_on else "no",
-        optimizer=str(native.get("optimizer") or "adamw_torch_fused"),
-        **sharding.setup_fields(),
-        gpus_per_node=gpus,
-        nodes=nodes,
-        micro_batch=as_count(native.get("micro_batch_size"), 1),
-        gradient_accumulation=as_count(native.get("gradient_accumulation_steps"), 1),
-        seq_len=as_count(native.get("sequence_len"), 2048),
-        packing=truthy(native.get("sample_packing")),
-        gradient_checkpointing=checkpointing == "offload" or truthy(checkpointing),
-        attention=attention_name(attention),
-        preference_pairs=rl in _AXOLOTL_PAIRS or (score_labels is not None and truthy(native.get("reward_model"))),
-        reference_model=rl in _AXOLOTL_REFERENCE and method == "full",
-        fused_lm_head=fused_head,
-        tiled_mlp=truthy(native.get("tiled_mlp")),
-        tiled_mlp_shards=as_count(native.get("tiled_mlp_num_shards"), 0) or None,
-        score_labels=score_labels,
-    )
-    if training_type != "grpo":
-        return setup, None
+    return {
+        "preference_pairs": rl in _AXOLOTL_PAIRS or (score_labels is not None and truthy(native.get("reward_model"))),
+        "reference_model": rl in _AXOLOTL_REFERENCE and method == "full",
+        # cut-cross-entropy and Liger's fused linear cross-entropy never build the logits
+        "fused_lm_head": ("cut_cross_entropy" in plugins and native.get("cut_cross_entropy") is not False) or (
+            "liger" in plugins and truthy(native.get("liger_fused_linear_cross_entropy"))),
+        "tiled_mlp": truthy(native.get("tiled_mlp")),
+        "tiled_mlp_shards": as_count(native.get("tiled_mlp_num_shards"), 0) or None,
+        "score_labels": score_labels,
+    }
+
+
+def _grpo(native: Mapping[str, Any], cluster: ClusterSpec, setup: TrainingSetup,
+          notes: list[str]) -> tuple[TrainingSetup, VllmSetup | None]:
+    """GRPO's generation (the `trl:` block) and its engine: cw's server (the launch's rule), colocated, or none."""
     trl = as_mapping(native.get("trl"))
     if "max_prompt_length" not in trl:
         notes.append("GRPO prompts are counted as 512 tokens (no trl.max_prompt_length)")
@@ -157,7 +196,7 @@ def _axolotl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec
         generation_batch_size=as_count(trl.get("generation_batch_size"), 0) or None,
         max_prompt_length=as_count(trl.get("max_prompt_length"), 512),
         max_completion_length=as_count(trl.get("max_completion_length"), 512),
-        reference_model=as_number(trl.get("beta"), 0.0) > 0 and method == "full",
+        reference_model=as_number(trl.get("beta"), 0.0) > 0 and setup.method == "full",
     )
     vllm = as_mapping(native.get("vllm"))
     if wants_vllm_server(native, cluster.services):  # the launch's rule
@@ -167,14 +206,13 @@ def _axolotl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec
         return setup, None
     # colocated: Axolotl copies the `vllm:` block's tensor parallelism and memory share to TRL
     tensor = as_count(vllm.get("tensor_parallel_size"), 1)
-    micro = setup.micro_batch
     return setup, VllmSetup(
         mode="colocate",
         gpu_memory_utilization=as_number(vllm.get("gpu_memory_utilization"),
                                          as_number(trl.get("vllm_gpu_memory_utilization"), 0.3)),
         tensor_parallel=tensor,
         max_model_len=as_count(vllm.get("max_model_len"), 0) or None,
-        max_num_seqs=micro * tensor * setup.gradient_accumulation,
+        max_num_seqs=setup.micro_batch * tensor * setup.gradient_accumulation,
         max_num_batched_tokens=4096,
         enable_sleep_mode=truthy(trl.get("vllm_enable_sleep_mode")),
     )

@@ -87,70 +87,21 @@ def _trl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec, ba
          model_config: Mapping[str, Any] | None, notes: list[str],
          unmodelled: list[str]) -> tuple[TrainingSetup, VllmSetup | None]:
     gpus, nodes = trainer_world(cluster)
-    peft = truthy(native.get("use_peft")) or isinstance(native.get("peft_config"), Mapping)
-    q4, q8 = truthy(native.get("load_in_4bit")), truthy(native.get("load_in_8bit"))
-    if (q4 or q8) and not peft:
-        notes.append("load_in_4bit/8bit without use_peft: TRL cannot train a quantised base in full; counted "
-                     "without quantisation")
-    method = ("qlora" if q4 else "lora") if peft else "full"
-    quantization = None
-    if peft and q4:
-        quantization = str(native.get("bnb_4bit_quant_type") or "nf4").lower()
-    elif peft and q8:
-        quantization = "int8"
-    targets, default_targets = lora_targets(native.get("lora_target_modules"), model_config)
-    if peft and default_targets:
-        notes.append(f"no lora_target_modules: PEFT's default for this model, {', '.join(targets)}")
-    init = as_mapping(native.get("model_init_kwargs"))
-    dtype_value = next((v for v in (init.get("dtype"), init.get("torch_dtype"), native.get("dtype"),
-                                    native.get("torch_dtype")) if v is not None), None)  # fmt: skip
-    if dtype_value is None:
-        notes.append("no dtype (model_init_kwargs.dtype): TRL loads the weights in fp32")
-    fp16 = truthy(native.get("fp16"))
-    bf16 = (not fp16) if native.get("bf16") is None else truthy(native.get("bf16"))
+    adapter = _adapter_fields(native, model_config, notes)
+    peft = adapter["method"] != "full"
+    precision = _precision_fields(native, model_config, notes)
     sharding = _trl_sharding(native, base_dir, notes)
-    checkpointing = truthy(native.get("gradient_checkpointing", True))
-    if sharding.activation_checkpointing:
-        checkpointing = True  # FSDP's own (TRL: do not combine it with gradient_checkpointing)
-    micro = as_count(native.get("per_device_train_batch_size"), 8)
-    accumulation = as_count(native.get("gradient_accumulation_steps"), 1)
-    seq = 1024
-    if training_type not in _GENERATING:
-        if "max_length" in native and native["max_length"] is None:
-            notes.append("max_length: null (no truncation) is counted as 1024 tokens")
-        seq = as_count(native.get("max_length"), 1024)
     setup = TrainingSetup(
-        method=method,
-        lora_rank=as_count(native.get("lora_r"), 16),
-        lora_targets=targets,
-        lora_dropout=as_number(native.get("lora_dropout"), 0.05),
-        train_embeddings=peft and trains_embeddings(native.get("lora_modules_to_save")),
-        weight_dtype=dtype_name(dtype_value, model_config, "fp32"),
-        quantization=quantization,
-        double_quant=truthy(native.get("use_bnb_nested_quant")),
-        mixed_precision="bf16" if bf16 else "fp16" if fp16 else "no",
+        **adapter,
+        **precision,
         optimizer=str(native.get("optim") or "adamw_torch_fused"),
         **sharding.setup_fields(),
         gpus_per_node=gpus,
         nodes=nodes,
-        micro_batch=micro,
-        gradient_accumulation=accumulation,
-        seq_len=seq,
-        packing=truthy(native.get("packing")) or truthy(native.get("padding_free")),
-        # TRL packs best-fit-decreasing by default, and then flattens each micro batch into one row
-        padding_free=truthy(native.get("padding_free")) or (
-            truthy(native.get("packing")) and str(native.get("packing_strategy") or "bfd") in ("bfd", "bfd_split")),
-        gradient_checkpointing=checkpointing,
-        attention=attention_name(init.get("attn_implementation") or native.get("attn_implementation")),
-        # DPO and reward modelling run chosen and rejected through one forward
-        preference_pairs=training_type in ("dpo", "reward"),
-        # DPO and KTO keep a frozen reference (PEFT disables the adapter instead)
-        reference_model=training_type in ("dpo", "kto") and not peft,
-        # TRL 1.16 scores every trainer's tokens through its fused LM head; SFT's label smoothing
-        # alone still builds the full logits (transformers' loss).
-        fused_lm_head=not (training_type == "sft" and as_number(native.get("label_smoothing_factor"), 0.0) > 0),
-        # `trl reward` trains AutoModelForSequenceClassification with one label
-        score_labels=1 if training_type == "reward" else None,
+        **_batch_fields(training_type, native, notes),
+        # FSDP's own checkpointing counts as gradient checkpointing (TRL: do not combine the two)
+        gradient_checkpointing=sharding.activation_checkpointing or truthy(native.get("gradient_checkpointing", True)),
+        **_objective_fields(training_type, native, peft),
     )
     if training_type == "distillation":
         teacher = native.get("teacher_model_name_or_path")
@@ -160,20 +111,106 @@ def _trl(training_type: str, native: Mapping[str, Any], cluster: ClusterSpec, ba
             setup = replace(setup, reference_model=True)
     if training_type not in _GENERATING:
         return setup, None
+    setup = _generation(training_type, native, setup, peft, notes)
+    steps = as_count(native.get("steps_per_generation"), setup.gradient_accumulation)
+    return setup, _trl_vllm(native, cluster, setup.micro_batch, steps, notes)
+
+
+def _adapter_fields(native: Mapping[str, Any], model_config: Mapping[str, Any] | None,
+                    notes: list[str]) -> dict[str, Any]:
+    """LoRA / QLoRA or full training: the method, the adapter's shape and the base's quantisation."""
+    peft = truthy(native.get("use_peft")) or isinstance(native.get("peft_config"), Mapping)
+    q4, q8 = truthy(native.get("load_in_4bit")), truthy(native.get("load_in_8bit"))
+    if (q4 or q8) and not peft:
+        notes.append("load_in_4bit/8bit without use_peft: TRL cannot train a quantised base in full; counted "
+                     "without quantisation")
+    quantization = None
+    if peft and q4:
+        quantization = str(native.get("bnb_4bit_quant_type") or "nf4").lower()
+    elif peft and q8:
+        quantization = "int8"
+    targets, default_targets = lora_targets(native.get("lora_target_modules"), model_config)
+    if peft and default_targets:
+        notes.append(f"no lora_target_modules: PEFT's default for this model, {', '.join(targets)}")
+    return {
+        "method": ("qlora" if q4 else "lora") if peft else "full",
+        "lora_rank": as_count(native.get("lora_r"), 16),
+        "lora_targets": targets,
+        "lora_dropout": as_number(native.get("lora_dropout"), 0.05),
+        "train_embeddings": peft and trains_embeddings(native.get("lora_modules_to_save")),
+        "quantization": quantization,
+        "double_quant": truthy(native.get("use_bnb_nested_quant")),
+    }
+
+
+def _precision_fields(native: Mapping[str, Any], model_config: Mapping[str, Any] | None,
+                      notes: list[str]) -> dict[str, Any]:
+    """The weights' dtype, mixed precision and attention, from the config and ``model_init_kwargs``."""
+    init = as_mapping(native.get("model_init_kwargs"))
+    dtype_value = next((v for v in (init.get("dtype"), init.get("torch_dtype"), native.get("dtype"),
+                                    native.get("torch_dtype")) if v is not None), None)  # fmt: skip
+    if dtype_value is None:
+        notes.append("no dtype (model_init_kwargs.dtype): TRL loads the weights in fp32")
+    fp16 = truthy(native.get("fp16"))
+    bf16 = (not fp16) if native.get("bf16") is None else truthy(native.get("bf16"))
+    return {
+        "weight_dtype": dtype_name(dtype_value, model_config, "fp32"),
+        "mixed_precision": "bf16" if bf16 else "fp16" if fp16 else "no",
+        "attention": attention_name(init.get("attn_implementation") or native.get("attn_implementation")),
+    }
+
+
+def _batch_fields(training_type: str, native: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    """Sequences per GPU and step, accumulation, sequence length and packing."""
+    seq = 1024
+    if training_type not in _GENERATING:
+        if "max_length" in native and native["max_length"] is None:
+            notes.append("max_length: null (no truncation) is counted as 1024 tokens")
+        seq = as_count(native.get("max_length"), 1024)
+    packing = truthy(native.get("packing"))
+    return {
+        "micro_batch": as_count(native.get("per_device_train_batch_size"), 8),
+        "gradient_accumulation": as_count(native.get("gradient_accumulation_steps"), 1),
+        "seq_len": seq,
+        "packing": packing or truthy(native.get("padding_free")),
+        # TRL packs best-fit-decreasing by default, and then flattens each micro batch into one row
+        "padding_free": truthy(native.get("padding_free")) or (
+            packing and str(native.get("packing_strategy") or "bfd") in ("bfd", "bfd_split")),
+    }
+
+
+def _objective_fields(training_type: str, native: Mapping[str, Any], peft: bool) -> dict[str, Any]:
+    """What the training type's loss adds: paired forwards, a reference model, the LM head, a score head."""
+    return {
+        # DPO and reward modelling run chosen and rejected through one forward
+        "preference_pairs": training_type in ("dpo", "reward"),
+        # DPO and KTO keep a frozen reference (PEFT disables the adapter instead)
+        "reference_model": training_type in ("dpo", "kto") and not peft,
+        # TRL 1.16 scores every trainer's tokens through its fused LM head; SFT's label smoothing
+        # alone still builds the full logits (transformers' loss).
+        "fused_lm_head": not (training_type == "sft" and as_number(native.get("label_smoothing_factor"), 0.0) > 0),
+        # `trl reward` trains AutoModelForSequenceClassification with one label
+        "score_labels": 1 if training_type == "reward" else None,
+    }
+
+
+def _generation(training_type: str, native: Mapping[str, Any], setup: TrainingSetup, peft: bool,
+                notes: list[str]) -> TrainingSetup:
+    """GRPO's and RLOO's generation: completions per prompt, the generation batch, prompt and completion lengths."""
     rloo = training_type == "rloo"
     beta = as_number(native.get("beta"), 0.05 if rloo else 0.0)
-    steps = as_count(native.get("steps_per_generation"), accumulation)
+    steps = as_count(native.get("steps_per_generation"), setup.gradient_accumulation)
     if "max_prompt_length" not in native:
         notes.append(f"{training_type.upper()} prompts are counted as 512 tokens (no max_prompt_length)")
-    setup = replace(
+    per_step = setup.micro_batch * setup.gpus_per_node * setup.nodes * steps
+    return replace(
         setup,
         num_generations=as_count(native.get("num_generations"), 2 if rloo else 8),
-        generation_batch_size=as_count(native.get("generation_batch_size"), micro * gpus * nodes * steps),
+        generation_batch_size=as_count(native.get("generation_batch_size"), per_step),
         max_prompt_length=as_count(native.get("max_prompt_length"), 512),
         max_completion_length=as_count(native.get("max_completion_length"), 512),
         reference_model=beta > 0 and not peft,
     )
-    return setup, _trl_vllm(native, cluster, micro, steps, notes)
 
 
 def _trl_vllm(native: Mapping[str, Any], cluster: ClusterSpec, micro: int, steps: int,
