@@ -244,12 +244,9 @@ def export_manifests(facts: ExportFacts, choice: ExportChoice, namespace: str | 
         "volumes": volumes,
     }
     job = render_manifest("common/export-job.yaml.j2", values, [], "Job", name)
-    configmap = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "labels": labels, **({"namespace": namespace} if namespace else {})},
-        "data": {key: runtime_file(key) for key in (EXPORT_FILE, *([PIP_FILE] if export_requirements(choice) else []))},
-    }
+    files = {key: runtime_file(key) for key in (EXPORT_FILE, *([PIP_FILE] if export_requirements(choice) else []))}
+    configmap_values = {"name": name, "namespace": namespace, "labels": labels, "files": files}
+    configmap = render_manifest("common/export-configmap.yaml.j2", configmap_values, [], "ConfigMap", name)
     return [job, configmap]
 
 
