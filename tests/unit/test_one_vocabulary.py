@@ -19,7 +19,7 @@ from cw_cli import labels
 PACKAGE = REPO / "cw_cli"
 ROLE_WORDS = {labels.TRAINER, labels.SERVER, labels.REWARD, labels.EXPORT, labels.READER, labels.KEEPER}
 #: Where a role's word is written, counted as a role: the layers that name pods, objects and logs.
-ROLE_LAYERS = ("k8s", "render", "api.py", "cli", "localrun")
+ROLE_LAYERS = ("k8s", "render", "api/", "cli", "localrun")
 #: (file, word): the same word, not a role.
 NOT_ROLES = {
     ("client/kubeconfig.py", "server"): "the kubeconfig cluster's `server` field",

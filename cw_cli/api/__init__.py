@@ -1,0 +1,49 @@
+"""cw as a library: plan, submit and follow runs from Python. The ``cw`` CLI is a layer over this.
+
+A notebook or a script::
+
+    from cw_cli import api
+
+    session = api.Session(namespace="team-a")          # one connection, reused
+    planned = session.plan("configs/trl-sft.yaml", "trl", "sft", gpu=4, set={"learning_rate": 2e-5})
+    print(planned.to_yaml())                            # what would be created
+    run = session.submit(planned)                       # -> Run
+    run.wait()                                          # raises RunFailed if the trainer fails
+    for line in run.logs(tail=20):
+        print(line)
+
+Offline, :func:`plan` renders without a cluster (what ``--dry-run`` prints). Every error is a
+:class:`cw_cli.errors.CwError` subclass (``ConfigError``, ``NotFound``, ``Conflict``, ``RunFailed``,
+...), each carrying the exit code the CLI uses. Nothing here prints: progress goes to an optional
+callback.
+
+One module per job: :mod:`~cw_cli.api.planning` (a config to a :class:`PlannedRun`),
+:mod:`~cw_cli.api.memory` (the estimate and the refusal), :mod:`~cw_cli.api.sweeps`,
+:mod:`~cw_cli.api.session` (:class:`Session`), :mod:`~cw_cli.api.run` (:class:`Run`) and
+:mod:`~cw_cli.api.after_training` (artifacts, download, serve, try, export). Importing this
+package loads none of the cluster, render or config modules: each call loads what it needs.
+"""
+
+from __future__ import annotations
+
+from cw_cli.api.after_training import Export
+from cw_cli.api.memory import WontFit, estimate, estimate_run, refusal_lines
+from cw_cli.api.planning import (
+    DICT_CONFIG_NAME,
+    DRY_RUN_PROBE_TIMEOUT,
+    PlannedRun,
+    Progress,
+    has_sweep,
+    plan,
+    read_config,
+    set_assignments,
+)
+from cw_cli.api.run import Run
+from cw_cli.api.session import Session
+from cw_cli.api.sweeps import SWEEP_PARALLEL, PlannedSweep, plan_sweep
+
+__all__ = [
+    "DICT_CONFIG_NAME", "DRY_RUN_PROBE_TIMEOUT", "SWEEP_PARALLEL", "Export", "PlannedRun", "PlannedSweep", "Progress",
+    "Run", "Session", "WontFit", "estimate", "estimate_run", "has_sweep", "plan", "plan_sweep", "read_config",
+    "refusal_lines", "set_assignments",
+]  # fmt: skip

@@ -1,0 +1,228 @@
+"""After training: what a run left on its volume, copied here, served, asked, exported."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from msgspec import Struct
+
+from cw_cli.api.planning import Progress, _quiet
+from cw_cli.errors import ConfigError, RunFailed
+from cw_cli.labels import SERVE
+
+if TYPE_CHECKING:
+    import threading
+
+    from cw_cli.api.run import Run
+    from cw_cli.api.session import Session
+
+
+class Export(Struct):
+    """An export Job of a run (:meth:`Run.export`).
+
+    Attributes:
+        name: The export Job's name.
+        run: The run it exports.
+        run_dir: The run's folder on its checkpoint volume (the export lands in ``exported/``).
+    """
+
+    name: str
+    run: Run
+    run_dir: str
+
+    def wait(self, timeout: float | None = None, progress: Progress = _quiet) -> str:
+        """Block until the export ends.
+
+        Returns:
+            ``"Succeeded"``.
+
+        Raises:
+            RunFailed: The export failed (its log says why: ``cw logs RUN --role export``).
+            WaitTimeout: Still running after ``timeout`` seconds.
+        """
+        from cw_cli.k8s.operations import wait_for_run
+
+        try:
+            return wait_for_run(self.run.session.kube, self.name, timeout, progress)
+        except RunFailed as failed:
+            raise RunFailed(f"export {self.name} failed: {failed.message.removeprefix('run failed: ')}",
+                            hint=f"see its log: cw logs {self.run.name} --role export") from None  # fmt: skip
+
+
+
+class AfterTraining:
+    """:class:`~cw_cli.api.run.Run`'s calls on what a finished (or running) run left on its volume."""
+
+    __slots__ = ()
+    name: str
+    session: Session
+
+    def artifacts(self) -> dict[str, Any]:
+        """What the run left on its checkpoint volume: each checkpoint (step, size, time, complete or
+        not, the metrics logged at its step), the final model and the exports, read in a short-lived
+        pod that mounts the volume read-only.
+
+        Raises:
+            NotFound: No such run.
+            ConfigError: The run kept its outputs on no volume.
+        """
+        from cw_cli.after_training.artifacts import read_artifacts
+
+        return read_artifacts(self.session.kube, self.name)
+
+    def download(
+        self, dest: str | Path, *, checkpoint: str = "final", started: Callable[[int, int], None] | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Copy the final model, a checkpoint or an export of the run to ``dest`` on this machine,
+        through the API server; verified file by file, and going on where an interrupted call stopped.
+
+        Args:
+            dest: A new or empty folder (or one an earlier call of the same download started).
+            checkpoint: ``final``, ``latest`` (the newest complete checkpoint), a step number or
+                ``export:NAME`` (a folder of ``RUN/exported``).
+            started: Called with the total bytes and those already there.
+            progress: Called with each chunk's size as it is written.
+
+        Raises:
+            NotFound: No such run, or its volume is gone.
+            ConfigError: Nothing of that name, or a checkpoint still being written.
+            Conflict: ``dest`` holds other files.
+        """
+        from cw_cli.after_training.download import check_destination, download
+
+        check_destination(Path(dest))  # a bad destination is the user's (exit 2), before the cluster is asked
+        return download(self.session.kube, self.name, str(checkpoint), Path(dest).expanduser(),
+                        started or (lambda total, have: None), progress or (lambda size: None))  # fmt: skip
+
+    def serve(self, *, checkpoint: str = "final", ttl: str = "2h", gpu: int = 1) -> str:
+        """Start a vLLM server on the run's model (``checkpoint`` as for :meth:`download`) that the
+        kubelet ends after ``ttl``; returns the server pod's name (its Service has the same).
+
+        Raises:
+            NotFound: No such run, or its volume is gone.
+            ConfigError: No such model, a bad ``ttl`` or ``gpu``.
+            Conflict: The run's server is up already.
+        """
+        from cw_cli.after_training.serving import start_server
+        from cw_cli.config.quantity import parse_duration
+
+        if not 0 <= gpu <= 64:
+            raise ConfigError([f"--gpu {gpu}: expected 0 to 64"])
+        return start_server(self.session.kube, self.name, str(checkpoint), parse_duration(ttl, "--ttl"), gpu)
+
+    def server_manifests(self, *, checkpoint: str = "final", ttl: str = "2h", gpu: int = 1) -> list[dict[str, Any]]:
+        """The server Pod and Service :meth:`serve` would create (``cw serve --dry-run``), created
+        nowhere; what the run left is read in a reader pod, as :meth:`artifacts` does.
+
+        Raises:
+            NotFound: No such run, or its volume is gone.
+            ConfigError: No such model, an adapter the server cannot load, a bad ``ttl`` or ``gpu``.
+        """
+        from cw_cli.after_training.serving import server_manifests
+        from cw_cli.config.quantity import parse_duration
+
+        if not 0 <= gpu <= 64:
+            raise ConfigError([f"--gpu {gpu}: expected 0 to 64"])
+        lifetime = parse_duration(ttl, "--ttl")
+        return server_manifests(self.session.kube, self.name, str(checkpoint), lifetime, gpu)
+
+    def try_(self, question: str, *, checkpoint: str = "final", gpu: int = 1, max_tokens: int = 256,
+             timeout: float = 900, progress: Progress = _quiet) -> str:  # fmt: skip
+        """Ask the run's model one question through its chat template: a server is started on it,
+        asked through a port-forward of the API server, and stopped, whatever happens.
+
+        Returns:
+            The model's answer.
+        """
+        from cw_cli.after_training.serving import ask, stop_server, wait_ready
+
+        if not question.strip():
+            raise ConfigError(["the question is empty"], hint='cw try RUN "What is 2 + 2?"')
+        name = self.serve(checkpoint=checkpoint, ttl=f"{int(timeout) + 600}s", gpu=gpu)
+        try:
+            progress(f"server {name} started; waiting until it is Ready")
+            wait_ready(self.session.kube, name, timeout)
+            progress(f"asking {name} through a port-forward")
+            return ask(self.session.kube, name, self.name, question, max_tokens)
+        finally:
+            stop_server(self.session.kube, name)
+
+    def forward(
+        self, local_port: int = 8000, *, timeout: float = 900, stop: threading.Event | None = None,
+        progress: Progress = _quiet, listening: Callable[[int], None] = lambda port: None,
+    ) -> None:  # fmt: skip
+        """Make the run's server (started by :meth:`serve`) reachable on ``127.0.0.1:local_port``
+        until ``stop`` is set, through port-forwards of the API server (one per connection, as
+        ``kubectl port-forward``); waits for the server to be Ready first.
+
+        Args:
+            local_port: The local port; 0 picks a free one (``listening`` is told which).
+            timeout: Seconds to wait for the server to be Ready.
+            stop: Ends the forwarding (default: never; Ctrl-C ends it from the CLI).
+            progress: Gets what is being waited for.
+            listening: Called with the port once connections are accepted.
+
+        Raises:
+            WaitTimeout: The server is not Ready in time (or it ended).
+            CwError: The local port is taken.
+        """
+        import threading
+
+        from cw_cli.after_training.serving import forward, wait_ready
+
+        name = f"{self.name}-{SERVE}"
+        progress(f"waiting until server {name} is Ready")
+        wait_ready(self.session.kube, name, timeout)
+        forward(self.session.kube, name, local_port, stop or threading.Event(), listening)
+
+    def export(
+        self, *, checkpoint: str = "final", merge: bool = False, push_to_hub: str | None = None, private: bool = False,
+        overwrite: bool = False, gpu: int = 0, cpu: str = "8", memory: str = "64Gi", to: str | None = None,
+        secrets: Sequence[str] = (),
+    ) -> Export:  # fmt: skip
+        """Start a Job that turns a checkpoint of the run into a model ready to use, on its volume.
+
+        Args:
+            checkpoint: ``final`` (the model saved at the end; the run must have succeeded),
+                ``latest`` (its newest complete checkpoint) or a step number.
+            merge: Merge a LoRA adapter into its base model.
+            push_to_hub: Also upload it to this Hub repository (with the run's ``HF_TOKEN``).
+            private: Create that repository private.
+            overwrite: Replace an earlier export of the same checkpoint and form.
+            gpu: GPUs for the export pod (merging is CPU work by default).
+            cpu: Its CPU request and limit.
+            memory: Its memory request and limit (a merge holds the base model in memory).
+            to: Also copy it to object storage (``s3://BUCKET/PATH``, ``gs://``, ``az://``) from the pod.
+            secrets: ``VAR=SECRET[:KEY]``: environment variables of the export pod taken from Secrets
+                (the upload's credentials, e.g. ``AWS_SECRET_ACCESS_KEY=s3-credentials``).
+
+        Returns:
+            The export, to wait for (``RUN/exported/<final|checkpoint-N>[-merged]`` on the volume).
+
+        Raises:
+            ConfigError: A bad choice, outputs on no volume, ``final`` before the run succeeded, or
+                what the run's folder lacks for the choice (read in a reader pod first).
+            NotFound: No such run.
+            Conflict: The same export exists already.
+        """
+        from cw_cli.after_training.export import create_export, export_facts
+        from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
+        from cw_cli.render.export import ExportChoice, check_choice, listing_problems
+
+        try:
+            cpu, memory = normalize_quantity(cpu, MIN_CPU, "cpu"), normalize_quantity(memory, MIN_MEMORY, "memory")
+        except ValueError as exc:
+            raise ConfigError([f"--cpu/--memory: {exc}"]) from None
+        choice = ExportChoice(checkpoint=str(checkpoint), merge=merge, push_to_hub=push_to_hub, private=private,
+                              overwrite=overwrite, gpu=gpu, cpu=cpu, memory=memory, to=to, secrets=tuple(secrets))  # fmt: skip
+        problems = check_choice(choice)
+        if problems:
+            raise ConfigError(problems, hint="cw export --help")
+        facts = export_facts(self.session.kube, self.name, choice)
+        problems = listing_problems(choice, self.artifacts())  # what the Job would fail on, before it exists
+        if problems:
+            raise ConfigError(problems, hint=f"`cw artifacts {self.name}` lists what the run left")
+        return Export(create_export(self.session.kube, facts, choice), cast("Run", self), facts.run_dir)
