@@ -23,7 +23,7 @@ from cw_cli.frameworks.descriptions import (
     ServiceDef,
     dataset_item_need,
 )
-from cw_cli.frameworks.parts.advice import Advice
+from cw_cli.frameworks.parts.advice import Advice, AdviceFromFile
 from cw_cli.frameworks.parts.identity import Identity
 from cw_cli.frameworks.parts.launch import Launch
 from cw_cli.frameworks.parts.mounted_config import MountedConfig
@@ -37,6 +37,7 @@ __all__ = [
     "CONFIG_MOUNT",
     "PARTS",
     "Advice",
+    "AdviceFromFile",
     "BaseTrainingFramework",
     "DatasetNeed",
     "FailureHint",

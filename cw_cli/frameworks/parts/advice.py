@@ -6,13 +6,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from msgspec import Struct
+
 from cw_cli.frameworks.descriptions import FailureHint
+from cw_cli.frameworks.words import ConfigWords
 from cw_cli.types import TrainingType
 
 if TYPE_CHECKING:  # pydantic is heavy; `cw --help` must not import it
     from cw_cli.config.models import ClusterSpec
     from cw_cli.estimate.native_setup import RunSetup
-    from cw_cli.frameworks.words import ConfigWords
 
 
 class Advice:
@@ -72,3 +74,34 @@ class Advice:
     def failure_hints(self) -> tuple[FailureHint, ...]:
         """Failures the trainer's log may show that only this framework explains (none by default)."""
         return ()
+
+
+class AdviceData(Struct, frozen=True, kw_only=True):
+    """The data of an advice part, as a JSON file holds it (``{"words": {...}, "failure_hints": [...]}``)."""
+
+    words: ConfigWords | None = None
+    failure_hints: tuple[FailureHint, ...] = ()
+
+
+class AdviceFromFile(Advice):
+    """An advice part whose words and failure hints are data: a JSON file (``advice_file``) with a
+    ``words`` object (:class:`~cw_cli.frameworks.words.ConfigWords`' fields) and a
+    ``failure_hints`` list (:class:`~cw_cli.frameworks.descriptions.FailureHint`'s fields), read
+    once when the class is defined. How the built-ins declare theirs (``<name>/advice.json``).
+    """
+
+    #: The JSON file; a subclass sets it (a missing or malformed file fails at import, naming it).
+    advice_file: ClassVar[Path | None] = None
+    _hints: ClassVar[tuple[FailureHint, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if vars(cls).get("advice_file") is not None:
+            import msgspec.json  # msgspec is loaded already (the structs); its JSON decoder is small
+
+            data = msgspec.json.decode(Path(str(cls.advice_file)).read_bytes(), type=AdviceData)
+            cls.words, cls._hints = data.words, data.failure_hints
+
+    def failure_hints(self) -> tuple[FailureHint, ...]:
+        """The hints of ``advice_file``."""
+        return self._hints
