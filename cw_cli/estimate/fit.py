@@ -167,7 +167,7 @@ def suggestions(
         return fits(est, gpu_memory_bytes, headroom), est
 
     found: list[Suggestion] = []
-    tried = _candidates(setup, vllm)
+    tried = _CHANGES
     for key, text, change in tried:
         changed = change(setup, vllm)
         if changed is None:
@@ -217,80 +217,92 @@ def _more_nodes(setup: TrainingSetup, vllm: VllmSetup | None, max_nodes: int,
     return None
 
 
-def _candidates(setup: TrainingSetup, vllm: VllmSetup | None) -> list[
-    tuple[str, str, Callable[[TrainingSetup, VllmSetup | None],
-                             tuple[TrainingSetup, VllmSetup | None] | None]]
-]:
-    def ckpt(s: TrainingSetup, v: VllmSetup | None):
-        return None if s.gradient_checkpointing else (replace(s, gradient_checkpointing=True), v)
+_Changed = tuple[TrainingSetup, "VllmSetup | None"] | None
+_Change = Callable[[TrainingSetup, "VllmSetup | None"], _Changed]
 
-    def bf16(s: TrainingSetup, v: VllmSetup | None):
-        if s.weight_dtype.lower() not in ("fp32", "float32", "float"):
+
+def _checkpointing(s: TrainingSetup, v: VllmSetup | None) -> _Changed:
+    return None if s.gradient_checkpointing else (replace(s, gradient_checkpointing=True), v)
+
+
+def _bf16_weights(s: TrainingSetup, v: VllmSetup | None) -> _Changed:
+    if s.weight_dtype.lower() not in ("fp32", "float32", "float"):
+        return None
+    return replace(s, weight_dtype="bf16"), v
+
+
+def _lora(s: TrainingSetup, v: VllmSetup | None) -> _Changed:
+    return None if s.method != "full" else (replace(s, method="lora"), v)
+
+
+def _qlora(s: TrainingSetup, v: VllmSetup | None) -> _Changed:
+    if s.method == "qlora" or s.zero_stage or s.fsdp:
+        return None
+    return replace(s, method="qlora", weight_dtype="bf16"), v
+
+
+def _optimizer_8bit(s: TrainingSetup, v: VllmSetup | None) -> _Changed:
+    if "8bit" in s.optimizer or s.zero_stage is not None or s.fsdp:
+        return None
+    return replace(s, optimizer="adamw_8bit"), v
+
+
+def _zero3(s: TrainingSetup, v: VllmSetup | None) -> _Changed:
+    if s.zero_stage == 3 or s.fsdp or s.world_size < 2:
+        return None
+    return replace(s, zero_stage=3), v
+
+
+def _offload(s: TrainingSetup, v: VllmSetup | None) -> _Changed:
+    if s.offload_optimizer:
+        return None
+    return replace(s, zero_stage=3 if not s.fsdp else None, offload_optimizer=True,
+                   offload_params=True), v
+
+
+def _halve_micro_batch(s: TrainingSetup, v: VllmSetup | None) -> _Changed:
+    if s.micro_batch < 2:
+        return None
+    return replace(s, micro_batch=s.micro_batch // 2,
+                   gradient_accumulation=s.gradient_accumulation * 2), v
+
+
+def _halve_length(s: TrainingSetup, v: VllmSetup | None) -> _Changed:
+    if s.grpo:
+        if s.max_completion_length < 256:
             return None
-        return replace(s, weight_dtype="bf16"), v
+        return replace(s, max_completion_length=s.max_completion_length // 2), v
+    return None if s.seq_len < 512 else (replace(s, seq_len=s.seq_len // 2), v)
 
-    def lora(s: TrainingSetup, v: VllmSetup | None):
-        return None if s.method != "full" else (replace(s, method="lora"), v)
 
-    def qlora(s: TrainingSetup, v: VllmSetup | None):
-        if s.method == "qlora" or s.zero_stage or s.fsdp:
-            return None
-        return replace(s, method="qlora", weight_dtype="bf16"), v
+def _vllm_max_model_len(s: TrainingSetup, v: VllmSetup | None) -> _Changed:
+    if v is None:
+        return None
+    need = s.max_prompt_length + s.max_completion_length if s.grpo else s.seq_len
+    if v.max_model_len is not None and v.max_model_len <= need:
+        return None
+    return s, replace(v, max_model_len=need)
 
-    def optim8(s: TrainingSetup, v: VllmSetup | None):
-        if "8bit" in s.optimizer or s.zero_stage is not None or s.fsdp:
-            return None
-        return replace(s, optimizer="adamw_8bit"), v
 
-    def zero3(s: TrainingSetup, v: VllmSetup | None):
-        if s.zero_stage == 3 or s.fsdp or s.world_size < 2:
-            return None
-        return replace(s, zero_stage=3), v
+def _vllm_gpu_memory_utilization(s: TrainingSetup, v: VllmSetup | None) -> _Changed:
+    if v is None or v.mode != "server" or v.gpu_memory_utilization >= 0.95:
+        return None
+    return s, replace(v, gpu_memory_utilization=0.95)
 
-    def offload(s: TrainingSetup, v: VllmSetup | None):
-        if s.offload_optimizer:
-            return None
-        return replace(s, zero_stage=3 if not s.fsdp else None, offload_optimizer=True,
-                       offload_params=True), v
 
-    def micro(s: TrainingSetup, v: VllmSetup | None):
-        if s.micro_batch < 2:
-            return None
-        return replace(s, micro_batch=s.micro_batch // 2,
-                       gradient_accumulation=s.gradient_accumulation * 2), v
-
-    def length(s: TrainingSetup, v: VllmSetup | None):
-        if s.grpo:
-            if s.max_completion_length < 256:
-                return None
-            return replace(s, max_completion_length=s.max_completion_length // 2), v
-        return None if s.seq_len < 512 else (replace(s, seq_len=s.seq_len // 2), v)
-
-    def vllm_len(s: TrainingSetup, v: VllmSetup | None):
-        if v is None:
-            return None
-        need = s.max_prompt_length + s.max_completion_length if s.grpo else s.seq_len
-        if v.max_model_len is not None and v.max_model_len <= need:
-            return None
-        return s, replace(v, max_model_len=need)
-
-    def vllm_util(s: TrainingSetup, v: VllmSetup | None):
-        if v is None or v.mode != "server" or v.gpu_memory_utilization >= 0.95:
-            return None
-        return s, replace(v, gpu_memory_utilization=0.95)
-
-    return [
-        ("gradient_checkpointing", "enable gradient checkpointing", ckpt),
-        ("bf16_weights", "load the weights in bf16 (model_init_kwargs dtype: bfloat16)", bf16),
-        ("vllm_max_model_len", "set vLLM's max_model_len to the run's sequence length",
-         vllm_len),
-        ("vllm_gpu_memory_utilization", "raise vLLM's gpu_memory_utilization to 0.95",
-         vllm_util),
-        ("micro_batch", "halve the micro batch (doubling gradient accumulation)", micro),
-        ("max_length", "halve the maximum length", length),
-        ("optimizer_8bit", "use an 8-bit AdamW (optim: adamw_8bit)", optim8),
-        ("lora", "train LoRA adapters instead of all weights", lora),
-        ("zero3", "shard with DeepSpeed ZeRO-3 across the GPUs", zero3),
-        ("qlora", "train QLoRA (4-bit base)", qlora),
-        ("offload", "offload optimizer states and parameters to CPU (ZeRO-3)", offload),
-    ]
+# The changes suggestions tries, in the order they are stacked when none fits alone.
+_CHANGES: tuple[tuple[str, str, _Change], ...] = (
+    ("gradient_checkpointing", "enable gradient checkpointing", _checkpointing),
+    ("bf16_weights", "load the weights in bf16 (model_init_kwargs dtype: bfloat16)", _bf16_weights),
+    ("vllm_max_model_len", "set vLLM's max_model_len to the run's sequence length",
+     _vllm_max_model_len),
+    ("vllm_gpu_memory_utilization", "raise vLLM's gpu_memory_utilization to 0.95",
+     _vllm_gpu_memory_utilization),
+    ("micro_batch", "halve the micro batch (doubling gradient accumulation)", _halve_micro_batch),
+    ("max_length", "halve the maximum length", _halve_length),
+    ("optimizer_8bit", "use an 8-bit AdamW (optim: adamw_8bit)", _optimizer_8bit),
+    ("lora", "train LoRA adapters instead of all weights", _lora),
+    ("zero3", "shard with DeepSpeed ZeRO-3 across the GPUs", _zero3),
+    ("qlora", "train QLoRA (4-bit base)", _qlora),
+    ("offload", "offload optimizer states and parameters to CPU (ZeRO-3)", _offload),
+)

@@ -114,8 +114,7 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
     Raises:
         ValueError: A required field (hidden size, layers, heads, vocabulary) is missing.
     """
-    if "text_config" in config and "hidden_size" not in config:
-        config = {**config["text_config"], "model_type": config["text_config"].get("model_type")}
+    config = _text_config(config)
     model_type = str(config.get("model_type", ""))
     style = _STYLE.get(model_type, {})
     try:
@@ -129,15 +128,6 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
     head_dim = int(_get(config, "head_dim", hidden // heads))
     intermediate = int(_get(config, "intermediate_size", 4 * hidden))
     experts = int(_get(config, "num_local_experts", _get(config, "num_experts", 0))) if style.get("moe") else 0
-    top_k = int(_get(config, "num_experts_per_tok", 0)) if experts else 0
-    expert_inter = int(_get(config, "moe_intermediate_size", intermediate)) if experts else 0
-    moe_layers: tuple[int, ...] = ()
-    if experts:
-        step = int(_get(config, "decoder_sparse_step", 1))
-        dense_only = set(_get(config, "mlp_only_layers", []) or [])
-        moe_layers = tuple(
-            i for i in range(layers) if i not in dense_only and (i + 1) % step == 0
-        )
     dtype = str(_get(config, "torch_dtype", _get(config, "dtype", "bfloat16")))
     return ModelShape(
         model_type=model_type,
@@ -150,11 +140,11 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
         intermediate=intermediate,
         vocab=vocab,
         experts=experts,
-        top_k=top_k,
-        expert_intermediate=expert_inter,
+        top_k=int(_get(config, "num_experts_per_tok", 0)) if experts else 0,
+        expert_intermediate=int(_get(config, "moe_intermediate_size", intermediate)) if experts else 0,
+        moe_layers=_moe_layers(config, layers) if experts else (),
         shared_intermediate=int(_get(config, "shared_expert_intermediate_size", 0))
         if style.get("shared_expert") else 0,
-        moe_layers=moe_layers,
         norm=style.get("norm", "rms"),
         norms_per_layer=style.get("norms_per_layer", 2),
         qk_norm=style.get("qk_norm", False),
@@ -167,6 +157,20 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
         max_position_embeddings=int(_get(config, "max_position_embeddings", 4096)),
         dtype=dtype,
     )
+
+
+def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The language model's part of a multimodal config (its ``text_config``), else the config."""
+    if "text_config" in config and "hidden_size" not in config:
+        return {**config["text_config"], "model_type": config["text_config"].get("model_type")}
+    return config
+
+
+def _moe_layers(config: Mapping[str, Any], layers: int) -> tuple[int, ...]:
+    """Indices of the layers that carry experts (Qwen-MoE's sparse step and dense-only layers)."""
+    step = int(_get(config, "decoder_sparse_step", 1))
+    dense_only = set(_get(config, "mlp_only_layers", []) or [])
+    return tuple(i for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
 
 
 def tied_embeddings(config: Mapping[str, Any]) -> bool:
