@@ -22,6 +22,7 @@ from cw_cli.estimate.gpus import (
     parse_memory,
 )
 from cw_cli.estimate.values import as_mapping
+from cw_cli.frameworks.distributed import trainer_world
 from cw_cli.labels import GPU_RESOURCE
 
 if TYPE_CHECKING:  # types only
@@ -57,6 +58,16 @@ def _labels(node: Mapping[str, Any]) -> Mapping[str, Any]:
     return as_mapping(as_mapping(node.get("metadata")).get("labels"))
 
 
+def given_gpu_memory(flag: str | int | None) -> int | None:
+    """``--gpu-memory`` in bytes, or None when it is not given (unset or empty): the one reading of
+    the flag, for the estimate's early check and :func:`resolve_gpu_memory`.
+
+    Raises:
+        ValueError: ``flag`` is not a memory size.
+    """
+    return None if flag is None or flag == "" else parse_memory(flag)
+
+
 def resolve_gpu_memory(flag: str | int | None, cluster: ClusterSpec,
                        nodes: Callable[[], Iterable[Mapping[str, Any]]] | None = None) -> GpuChoice:
     """One GPU's memory for a run: the flag, else ``gpu_memory``, else ``gpu_type``, else the nodes.
@@ -73,8 +84,9 @@ def resolve_gpu_memory(flag: str | int | None, cluster: ClusterSpec,
         ValueError: ``flag`` is not a memory size.
     """
     product = getattr(cluster, "gpu_type", None)
-    if flag is not None and flag != "":
-        return GpuChoice(GpuMemory(parse_memory(flag), product, "given"), "--gpu-memory")
+    given = given_gpu_memory(flag)
+    if given is not None:
+        return GpuChoice(GpuMemory(given, product, "given"), "--gpu-memory")
     field_value = getattr(cluster, "gpu_memory", None)
     if field_value:
         return GpuChoice(GpuMemory(parse_memory(field_value), product, "given"), "gpu_memory")
@@ -96,7 +108,7 @@ def resolve_gpu_memory(flag: str | int | None, cluster: ClusterSpec,
     except CwError as exc:
         notes.append(f"GPU memory unknown: the cluster did not answer ({exc.message}); give --gpu-memory")
         return GpuChoice(None, None, tuple(notes))
-    wanted = max(1, cluster.gpu or 0)
+    wanted, _ = trainer_world(cluster)  # GPUs per trainer pod, as the launch reads `gpu`
     selector = dict(cluster.node_selector or {})
     labelled = [n for n in listed if MEMORY_LABEL in _labels(n) or PRODUCT_LABEL in _labels(n)]
     matching = [n for n in labelled
