@@ -32,8 +32,7 @@ from msgspec.structs import asdict, replace
 
 from cw_cli.config.local_files import check_shippable
 from cw_cli.errors import ConfigError
-from cw_cli.estimate.gpu_memory import GpuChoice, resolve_gpu_memory
-from cw_cli.estimate.gpus import parse_memory
+from cw_cli.estimate.gpu_memory import GpuChoice, given_gpu_memory, resolve_gpu_memory
 from cw_cli.estimate.model_config import check_model_config, find_model_config
 from cw_cli.labels import TRAINER, VLLM
 from cw_cli.types import TrainingType
@@ -313,8 +312,7 @@ def estimate_run(
     _check_listed_files(cluster, base_dir)  # what a launch refuses, an estimate refuses
     roles = (VLLM,) if services_only else (TRAINER, VLLM)
     base = RunEstimate(framework.name, kind.value, None, roles=roles)
-    if gpu_memory is not None and gpu_memory != "":
-        parse_memory(gpu_memory)  # a bad flag fails before anything else
+    given_gpu_memory(gpu_memory)  # a bad flag fails before anything else
     # Cheap refusals first: a launch whose model is not here pays for a few stat() calls only.
     if not framework.describes_training:
         return replace(base, skipped=f"no estimate for framework {framework.name!r}: it describes no training "
