@@ -240,26 +240,29 @@ def _trainer(
     return TrainerMemory(
         role=TRAINER,
         world_size=s.world_size,
+        # what is kept for the parameters
         weights_bytes=int(states.weights),
         gradients_bytes=int(states.gradients),
         optimizer_states_bytes=int(states.optimizer_states),
         master_weights_bytes=int(states.master_weights),
         gathered_weights_bytes=int(states.gathered),
         weight_copies_bytes=int(states.weight_copies),
+        optimizer_step_bytes=int(states.optimizer_step),
+        reference_model_bytes=int(states.reference_model),
+        cpu_offload_bytes=int(states.cpu_offload),
+        # what forward keeps for backward
+        tokens_per_micro_batch=acts.tokens,
         activations_bytes=int(acts.activations),
         activations_no_checkpointing_bytes=int(acts.no_checkpointing),
         activations_checkpointing_bytes=int(acts.checkpointing),
         logits_bytes=int(acts.logits),
-        optimizer_step_bytes=int(states.optimizer_step),
-        reference_model_bytes=int(states.reference_model),
+        # the peak and what the GPU holds beside it
         generation_bytes=int(generation),
-        overhead_bytes=int(overhead),
-        allocated_bytes=int(allocated),
-        per_gpu_bytes=int(allocated + overhead),
         peak_phase=peak_phase,
-        cpu_offload_bytes=int(states.cpu_offload),
+        allocated_bytes=int(allocated),
+        overhead_bytes=int(overhead),
+        per_gpu_bytes=int(allocated + overhead),
         colocated_vllm_bytes=colocated,
-        tokens_per_micro_batch=acts.tokens,
     )
 
 
