@@ -1,4 +1,4 @@
-"""A real Kubernetes control plane on 127.0.0.1 for tests and local use.
+"""The test cluster: a real Kubernetes control plane on 127.0.0.1, for tests and demos.
 
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler (built from their Go modules,
 pinned in tools/versions.env) plus KWOK, which plays the kubelets of fake GPU nodes.

@@ -19,11 +19,15 @@ from .names import NAME
 
 
 class CertPair(Struct, frozen=True):
+    """A certificate and its key, as PEM files."""
+
     cert: Path
     key: Path
 
 
 class Pki(Struct, frozen=True):
+    """The files of the cluster's PKI: the CA, each component's certificate, the service-account keys."""
+
     dir: Path
     ca: CertPair
     apiserver: CertPair

@@ -42,6 +42,8 @@ class ClusterInfo(Struct):
 
 
 class ProcessStatus(Struct):
+    """One recorded process of the cluster: its pid, whether it still runs, its log."""
+
     name: str
     pid: int
     alive: bool
@@ -49,6 +51,8 @@ class ProcessStatus(Struct):
 
 
 class NodeStatus(Struct):
+    """One node as `cw cluster status` shows it: Ready, allocatable GPUs, CPU and memory, taints."""
+
     name: str
     ready: bool
     gpus: str
@@ -58,6 +62,8 @@ class NodeStatus(Struct):
 
 
 class ClusterStatus(Struct):
+    """What `status` found: the state folder, the processes, whether the API answers, the nodes."""
+
     state_dir: str
     exists: bool  # a state dir with a cluster record exists
     api_ready: bool
@@ -69,11 +75,14 @@ class ClusterStatus(Struct):
 
     @property
     def running(self) -> bool:
+        """Whether the cluster is up: a record, every process alive, the API ready."""
         return self.exists and self.api_ready and bool(self.processes) and all(
             p.alive for p in self.processes)
 
 
 class DownResult(Struct):
+    """What `down` did: each component stopped, the state folder removed, the kubeconfig cleaned."""
+
     state_dir: str
     stopped: dict[str, str]  # component -> "stopped" | "killed" | "not running"
     removed_state: bool
@@ -106,6 +115,7 @@ def check_state_dir(state: Path) -> None:
 
 
 def node_status(n: dict) -> NodeStatus:
+    """A Node object as a :class:`NodeStatus`."""
     st = n.get("status") or {}
     conds = {c.get("type"): c.get("status") for c in st.get("conditions") or []}
     alloc = st.get("allocatable") or {}

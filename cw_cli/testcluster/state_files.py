@@ -23,6 +23,7 @@ FAKE_LOG_LINES = (
 
 
 def node_manifests(gpu_nodes: int, cpu_nodes: int) -> list[dict]:
+    """The fake nodes: ``cw-gpu-N`` and ``cw-cpu-N`` from kubeconfigs/cluster/nodes, named in order."""
     res = cluster_resources_dir() / "nodes"
     gpu = yaml.safe_load((res / "gpu-node.yaml").read_text())
     cpu = yaml.safe_load((res / "cpu-node.yaml").read_text())
