@@ -138,6 +138,28 @@ class Stats:
             }
 
 
+def requested_texts(req: Any, scorer: Any) -> list[str]:
+    """The texts a ``/score`` request body asks to score: its ``texts``, or its ``messages``
+    (conversations) formatted by ``scorer``.
+
+    Raises:
+        ValueError: The body is not an object with a list of strings or of conversations.
+    """
+    if not isinstance(req, dict):
+        raise ValueError("body must be a JSON object")
+    if "texts" in req:
+        texts = req["texts"]
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise ValueError("'texts' must be a list of strings")
+        return texts
+    if "messages" in req:
+        convs = req["messages"]
+        if not isinstance(convs, list) or not all(isinstance(c, list) for c in convs):
+            raise ValueError("'messages' must be a list of conversations (lists of messages)")
+        return scorer.format_messages(convs)
+    raise ValueError("body needs 'texts' or 'messages'")
+
+
 def make_handler(scorer: Any, stats: Stats):
     """Build the request handler class bound to ``scorer`` (anything with
     ``score(texts)``, ``format_messages(convs)`` and ``name``)."""
@@ -176,20 +198,7 @@ def make_handler(scorer: Any, stats: Stats):
                 length = int(self.headers.get("Content-Length") or 0)
                 if length <= 0 or length > MAX_BODY_BYTES:
                     raise ValueError(f"bad Content-Length {length}")
-                req = json.loads(self.rfile.read(length))
-                if not isinstance(req, dict):
-                    raise ValueError("body must be a JSON object")
-                if "texts" in req:
-                    texts = req["texts"]
-                    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-                        raise ValueError("'texts' must be a list of strings")
-                elif "messages" in req:
-                    convs = req["messages"]
-                    if not isinstance(convs, list) or not all(isinstance(c, list) for c in convs):
-                        raise ValueError("'messages' must be a list of conversations (lists of messages)")
-                    texts = scorer.format_messages(convs)
-                else:
-                    raise ValueError("body needs 'texts' or 'messages'")
+                texts = requested_texts(json.loads(self.rfile.read(length)), scorer)
             except (ValueError, json.JSONDecodeError) as exc:
                 stats.add(errors=1)
                 self._send(400, {"error": str(exc)})
