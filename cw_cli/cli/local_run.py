@@ -19,13 +19,15 @@ def run_locally(plan: Plan, checkpoint_dir: Path | None = None) -> int:
     Returns:
         The trainer's exit code.
     """
+    from cw_cli.cli.interrupts import termination_as_interrupt
     from cw_cli.localrun.runner import LocalRunError, LocalRunner
 
     if plan.service_deployments:
         err().print("note: services are not started with --local; the trainer must not need them")
     folder = checkpoint_dir or Path("cw-local") / plan.run_name
     try:
-        with LocalRunner(plan.manifests, folder) as runner:
+        # SIGTERM acts as Ctrl-C: the runner's stop() asks cw_entrypoint to save a checkpoint first.
+        with termination_as_interrupt(), LocalRunner(plan.manifests, folder) as runner:
             prepared = runner.prepare()
             err().print(f"running locally: {' '.join(prepared.command)}  (outputs under {folder})")
             stdout = out().file

@@ -429,6 +429,22 @@ class ClusterSpec(StrictModel):
         default=72, gt=0, le=24 * 365, description="Hours a finished Job (with status and logs) is kept."
     )
     backoff_limit: int = Field(default=2, ge=0, le=100, description="Retries of a failed trainer pod.")
+    grace_period: int = Field(
+        default=300,
+        ge=1,
+        le=24 * 3600,
+        description="Seconds a trainer pod has after SIGTERM (preemption, eviction, node drain, deletion) to "
+        "finish its step and save a checkpoint before it is killed (terminationGracePeriodSeconds); allow one step "
+        "plus one checkpoint save.",
+    )
+    stall_timeout: int | None = Field(
+        default=None,
+        ge=10,
+        le=7 * 24 * 3600,
+        description="Seconds without a training step after which the trainer counts as stalled: every rank's stacks "
+        "go to <run>/.cw/stacks-<time>/ and the pod restarts from the last checkpoint. Default: 5 times the "
+        "slowest step so far, at least 600.",
+    )
     jobset: Literal["auto"] | bool = Field(
         default="auto",
         description="Run as a JobSet: gang restarts of a multi-node trainer, and trainer and servers admitted by "
@@ -472,7 +488,9 @@ class ClusterSpec(StrictModel):
         default={}, description="Per-service settings of multi-service types: server, reward."
     )
 
-    _numbers_not_bools = field_validator("gpu", "nodes", "ttl_hours", "backoff_limit", "max_restarts", mode="before")(_not_bool)
+    _numbers_not_bools = field_validator(
+        "gpu", "nodes", "ttl_hours", "backoff_limit", "max_restarts", "grace_period", "stall_timeout", mode="before"
+    )(_not_bool)
 
     @field_validator("env")
     @classmethod

@@ -482,9 +482,12 @@ class LocalRunner:
         assert self.returncode is not None
         return self.returncode
 
-    def stop(self, timeout: float = 10.0) -> int | None:
-        """Terminate the trainer's process group (SIGTERM, then SIGKILL after ``timeout``)."""
+    def stop(self, timeout: float | None = None) -> int | None:
+        """Terminate the trainer's process group (SIGTERM, then SIGKILL after ``timeout``; default the
+        pod's terminationGracePeriodSeconds, the time cw_entrypoint needs to save a checkpoint)."""
         proc = self.process
+        if timeout is None:
+            timeout = float(pod_spec(find_trainer(self.manifests)[0]).get("terminationGracePeriodSeconds", 10))
         if proc is None or proc.poll() is not None:
             return proc.returncode if proc else None
         for sig in (signal.SIGTERM, signal.SIGKILL):

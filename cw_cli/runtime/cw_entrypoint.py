@@ -21,10 +21,15 @@ claimed for this run: ``.cw-run.json`` records the framework, training type and 
 ``CW_RUN_IDENTITY``. A later launch under the same run name with a different identity stops
 with exit code 3 instead of resuming from, or writing over, another run's checkpoints.
 
-Then the process image is replaced (``os.execvp``), so signals and the exit code are the
-command's own. Options before the command: ``--dry-run`` prints the final command instead,
-``--no-resume`` skips the resume step, ``--setup JSON`` runs a JSON argv first (e.g. installing a
-verifiers environment from its hub; its failure stops the pod with its exit code); ``--`` ends them.
+Then the command runs under ``cw_fault.supervise`` (shipped beside this file): on SIGTERM the
+ranks stop at the next step end with a complete checkpoint (exit 143, so the Job restarts and
+resumes), and a stall (no step for longer than the stall timeout) dumps every rank's stacks and
+exits 75. Without ``cw_fault.py`` (an older ConfigMap) or with ``CW_FAULT_TOLERANCE=0`` the
+process image is replaced (``os.execvp``), so signals and the exit code are the command's own.
+
+Options before the command: ``--dry-run`` prints the final command instead, ``--no-resume``
+skips the resume step, ``--setup JSON`` runs a JSON argv first (e.g. installing a verifiers
+environment from its hub; its failure stops the pod with its exit code); ``--`` ends them.
 """
 
 from __future__ import annotations
@@ -34,11 +39,13 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _PREFIX = "[cw-launch]"
 MARKER = ".cw-run.json"
+COMPLETE_MARKER = ".cw-complete"  # cw_fault.COMPLETE_MARKER: every rank finished the checkpoint
 IDENTITY_ENV = "CW_RUN_IDENTITY"
 FOREIGN_FOLDER_EXIT = 3
 
@@ -134,12 +141,17 @@ def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
         m = _CHECKPOINT.match(child.name)
         if m and child.is_dir():
             found.append((int(m.group(1)), child))
+    # Under cw_fault every checkpoint gets a marker once all ranks wrote their part (rank 0
+    # writes trainer_state.json before the others may be done): where any has one, all must.
+    marked = any((child / COMPLETE_MARKER).is_file() for _, child in found)
     for _, child in sorted(found, reverse=True):
         state = child / "trainer_state.json"
         try:
             json.loads(state.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # interrupted while saving: fall back to the previous one
+        if marked and not (child / COMPLETE_MARKER).is_file():
+            continue  # a save cut short after trainer_state.json, before every rank finished
         return child
     return None
 
@@ -207,9 +219,26 @@ def main(argv: list[str] | None = None) -> int:
     if dry_run:
         print(json.dumps(command))
         return 0
+    supervise = _supervisor()
+    if supervise is not None:
+        print(f"{_PREFIX} run (stops at a step end on SIGTERM, watches for stalls): {' '.join(command)}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return supervise(command, os.getcwd())
     print(f"{_PREFIX} exec: {' '.join(command)}", file=sys.stderr, flush=True)
     os.execvp(command[0], command)
     return 127  # pragma: no cover - execvp does not return
+
+
+def _supervisor() -> Callable[[list[str], str], int] | None:
+    """cw_fault.supervise (shipped beside this file), or None: disabled, or an older ConfigMap."""
+    if str(os.environ.get("CW_FAULT_TOLERANCE", "1")).strip().lower() in ("0", "false", "no", "off"):
+        return None
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        import cw_fault
+    except ImportError:
+        return None
+    return cw_fault.supervise
 
 
 if __name__ == "__main__":

@@ -1,0 +1,192 @@
+"""A warned fault costs at most one step, a save cut short is never resumed from, a stall is caught
+(issue 34), proven on CPU with cw's rendered TRL trainer (the exact ConfigMap and command, through
+cw_entrypoint.py and cw_fault.py) and a tiny random Llama, offline.
+
+The signals are sent as the cluster sends them: SIGTERM to the entrypoint alone (the kubelet
+signals PID 1 of the container), SIGKILL to every process (the kubelet after the grace period, a
+lost node). Test-only behaviour (slow steps, a slow save) comes from tests/training/fault_hooks/,
+a sitecustomize that cw's own shim chains to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from training_helpers import CONFIGS_DIR, OFFLINE_ENV, RUNTIME_DIR
+
+from cw_cli.localrun.runner import LocalRunner
+
+pytestmark = pytest.mark.training
+
+HOOKS = Path(__file__).resolve().parent / "fault_hooks"
+CPU = {
+    "use_cpu": True,
+    "bf16": False,
+    "report_to": "none",
+    "logging_steps": 1,
+    "save_strategy": "steps",
+    "save_steps": 1000,
+    "per_device_train_batch_size": 2,
+    "gradient_accumulation_steps": 1,
+    "dataloader_num_workers": 0,
+    "seed": 0,
+    "max_length": 64,
+    "max_steps": 400,
+}
+
+
+def _entrypoint():
+    sys.path.insert(0, str(RUNTIME_DIR))
+    import cw_entrypoint
+
+    return cw_entrypoint
+
+
+class Trainer:
+    """The trainer container of a rendered plan, run by cw's local runner in a thread."""
+
+    def __init__(self, manifests, checkpoints: Path, workdir: Path, overrides: dict, env: dict | None = None):
+        self.tmp = workdir / "tmp"
+        self.tmp.mkdir(parents=True)
+        extra = {**OFFLINE_ENV, "TMPDIR": str(self.tmp), "PYTHONPATH": str(HOOKS), **(env or {})}
+        self.runner = LocalRunner(manifests, checkpoints, workdir=workdir, config_overrides={**CPU, **overrides},
+                                  extra_env=extra, cpu_only=True)  # fmt: skip
+        self.lines: list[tuple[float, str]] = []
+        self.code: int | None = None
+        self.started = time.monotonic()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.code = self.runner.run(lambda line: self.lines.append((time.monotonic(), line)))
+
+    @property
+    def log(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def ranks(self) -> list[dict]:
+        found = []
+        for path in self.tmp.glob("cw-ft-*/ranks/rank-*.json"):
+            try:
+                found.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                pass
+        return found
+
+    def wait_for(self, condition, timeout: float = 240, what: str = "") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition():
+                return
+            assert self.thread.is_alive(), f"trainer ended ({self.code}) before {what}:\n{self.log[-5000:]}"
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}:\n{self.log[-5000:]}")
+
+    def step(self) -> int:
+        return max((r["step"] for r in self.ranks()), default=-1)
+
+    def join(self, timeout: float = 300) -> int:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"trainer did not end:\n{self.log[-5000:]}"
+        assert self.code is not None
+        return self.code
+
+    def kill_everything(self) -> None:
+        """SIGKILL to every process of the pod: the entrypoint's group and the command's."""
+        groups = {os.getpgid(r["pid"]) for r in self.ranks()}
+        groups.add(self.runner.process.pid)
+        for group in groups:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def sft_plan(render_plan, tiny_model, sft_dataset):
+    def render(run_name: str, gpu: int = 0) -> list[dict]:
+        manifests = render_plan("trl", "sft", CONFIGS_DIR / "trl-sft.yaml", run_name=run_name, gpu=gpu,
+                                sets=[f"model_name_or_path={tiny_model}", f"dataset_name={sft_dataset}"])  # fmt: skip
+        data = next(m for m in manifests if m["kind"] == "ConfigMap")["data"]
+        assert {"cw_entrypoint.py", "cw_fault.py"} <= set(data), sorted(data)
+        return manifests
+
+    return render
+
+
+def _state(checkpoint: Path) -> dict:
+    return json.loads((checkpoint / "trainer_state.json").read_text())
+
+
+def _first_step_after(trainer: Trainer, start: float) -> float:
+    for stamp, line in trainer.lines:
+        if "'loss'" in line or '"loss"' in line:
+            return stamp - start
+    raise AssertionError(f"no step logged:\n{trainer.log[-3000:]}")
+
+
+def test_sigterm_stops_every_rank_at_the_next_step_with_a_complete_checkpoint_and_a_relaunch_resumes(
+    sft_plan, tmp_path
+):
+    manifests = sft_plan("t-term")
+    checkpoints = tmp_path / "volume"
+    output_dir = checkpoints / "t-term"
+    target = random.randint(3, 12)
+    # Steps of half a second (on a GPU a step takes seconds): "the next step" is then well defined.
+    trainer = Trainer(manifests, checkpoints, tmp_path / "run1", {}, {"CW_TEST_STEP_SLEEP": "0.5"})
+    trainer.wait_for(lambda: trainer.step() >= target, what=f"step {target}")
+    seen = trainer.step()
+    signalled = time.monotonic()
+    os.kill(trainer.runner.process.pid, signal.SIGTERM)  # the kubelet signals PID 1 only
+    code = trainer.join()
+    to_exit = time.monotonic() - signalled
+    assert code == 143, trainer.log[-5000:]  # not 0: a Job would count the pod as succeeded
+    checkpoint = _entrypoint().latest_checkpoint(output_dir)
+    assert checkpoint is not None, trainer.log[-5000:]
+    step = _state(checkpoint)["global_step"]
+    assert seen <= step <= seen + 1, (seen, step)
+    assert (checkpoint / ".cw-complete").is_file() and (checkpoint / "optimizer.pt").is_file()
+    assert not (output_dir / "config.json").exists(), "the final model was saved although training was cut short"
+    assert f"stopped at step {step} with a complete checkpoint" in trainer.log
+
+    relaunch = Trainer(manifests, checkpoints, tmp_path / "run2", {"max_steps": step + 3})
+    assert relaunch.join() == 0, relaunch.log[-5000:]
+    resumed = _first_step_after(relaunch, relaunch.started)
+    assert f"resuming from checkpoint {checkpoint}" in relaunch.log
+    final = _state(output_dir / f"checkpoint-{step + 3}")
+    assert [e["step"] for e in final["log_history"] if "loss" in e] == list(range(1, step + 4))
+    print(f"\nSIGTERM at step {seen} (target {target}): checkpoint-{step}, exit 143 {to_exit:.1f}s after the signal; "
+          f"relaunch to first resumed step {resumed:.1f}s")  # fmt: skip
+
+
+@pytest.mark.parametrize("point", ["rng", "after_state"])
+def test_a_kill_in_the_middle_of_a_save_leaves_a_checkpoint_the_entrypoint_skips(sft_plan, tmp_path, point):
+    """``rng``: killed before trainer_state.json; ``after_state``: after it, before every rank is done
+    (cw's .cw-complete marker is missing). Either way the relaunch resumes from the one before."""
+    manifests = sft_plan("t-kill")
+    checkpoints = tmp_path / "volume"
+    output_dir = checkpoints / "t-kill"
+    sentinel = tmp_path / "saving"
+    env = {"CW_TEST_SLOW_SAVE_AT": "4", "CW_TEST_SENTINEL": str(sentinel), "CW_TEST_SLOW_SAVE_POINT": point}
+    trainer = Trainer(manifests, checkpoints, tmp_path / "run1", {"save_steps": 2}, env)
+    trainer.wait_for(sentinel.exists, what="the slow save of checkpoint-4")
+    trainer.kill_everything()
+    assert trainer.join() == -signal.SIGKILL
+    assert (output_dir / "checkpoint-4").is_dir()
+    assert (output_dir / "checkpoint-4" / "trainer_state.json").is_file() == (point == "after_state")
+    assert not (output_dir / "checkpoint-4" / ".cw-complete").exists()
+    assert _entrypoint().latest_checkpoint(output_dir) == output_dir / "checkpoint-2"
+
+    relaunch = Trainer(manifests, checkpoints, tmp_path / "run2", {"save_steps": 2, "max_steps": 6})
+    assert relaunch.join() == 0, relaunch.log[-5000:]
+    assert f"resuming from checkpoint {output_dir / 'checkpoint-2'}" in relaunch.log
+    final = _state(output_dir / "checkpoint-6")
+    assert [e["step"] for e in final["log_history"] if "loss" in e] == [1, 2, 3, 4, 5, 6]
