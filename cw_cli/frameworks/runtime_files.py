@@ -12,6 +12,7 @@ RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 REWARD_SERVER_FILE = "cw_reward_server.py"
 REWARD_CLIENT_FILE = "cw_reward.py"
 ENTRYPOINT_FILE = "cw_entrypoint.py"  # resumes from the newest checkpoint in output_dir, then execs the trainer
+FAULT_FILE = "cw_fault.py"  # beside the entrypoint: stop at a step end on SIGTERM, catch stalls
 IDENTITY_ENV = "CW_RUN_IDENTITY"  # framework/type/model/config hash of the run, read by cw_entrypoint.py
 RESUME_CHANGED_ENV = "CW_RESUME_CHANGED_CONFIG"  # --resume: continue a folder's checkpoints under a new config
 PIP_FILE = "cw_pip.py"  # pip-installs the run's requirements, then execs the command
@@ -26,6 +27,7 @@ _SOURCES = {
     REWARD_SERVER_FILE: "reward_server.py",
     REWARD_CLIENT_FILE: "cw_reward.py",
     ENTRYPOINT_FILE: "cw_entrypoint.py",
+    FAULT_FILE: "cw_fault.py",
     PIP_FILE: "cw_pip.py",
     WAIT_FILE: "cw_wait.py",
     CODE_FILE: "cw_code.py",

@@ -33,6 +33,7 @@ from cw_cli.frameworks.registry import LoadedFramework
 from cw_cli.frameworks.runtime_files import (
     CODE_FILE,
     ENTRYPOINT_FILE,
+    FAULT_FILE,
     IDENTITY_ENV,
     KEEPER_FILE,
     PIP_FILE,
@@ -393,7 +394,7 @@ def _volume_choice(request: RunRequest, framework: BaseTrainingFramework) -> lis
 
 
 #: cw's pod-side files a run's ConfigMap may carry: a user's file may not take their names.
-RUNTIME_KEYS = (PIP_FILE, ENTRYPOINT_FILE, KEEPER_FILE, CODE_FILE, CODE_ARCHIVE)
+RUNTIME_KEYS = (PIP_FILE, ENTRYPOINT_FILE, FAULT_FILE, KEEPER_FILE, CODE_FILE, CODE_ARCHIVE)
 
 
 class _FrameworkOutput(Struct):
@@ -575,7 +576,7 @@ def _configmap_files(request: RunRequest, output: _FrameworkOutput, workload: Wo
     if output.requirements:
         runtime.append(PIP_FILE)
     if not request.services_only:
-        runtime.append(ENTRYPOINT_FILE)
+        runtime += [ENTRYPOINT_FILE, FAULT_FILE]  # cw_fault.py: the entrypoint's supervisor (issue 34)
     if output.services and not workload.gang:  # a JobSet stops its servers itself
         runtime.append(KEEPER_FILE)
     if request.config.cluster.code is not None and not request.services_only:
