@@ -9,14 +9,15 @@ import copy
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from msgspec import Struct
 from msgspec.structs import asdict
 from pydantic import BaseModel, ValidationError
 
 from cw_cli.config.models import CLUSTER_FIELDS, ClusterSpec, image_problem
-from cw_cli.config.yaml_source import MAX_DEPTH, KeyPath, YamlSource, load_config_file, parse_scalar, yaml11_number
+from cw_cli.config.written_forms import WrittenForms
+from cw_cli.config.yaml_source import MAX_DEPTH, KeyPath, YamlSource, load_config_file, parse_scalar
 from cw_cli.errors import ConfigError
 from cw_cli.types import NativeConfigRules, RunConfig, TrainingType
 
@@ -147,20 +148,55 @@ def load_run_config(
         ConfigError: Every problem found, each naming the file, line and field, with a fix.
     """
     source = source if source is not None else load_config_file(path)
+    flags = flags or FlagOverrides()
+    data, origins, written = _apply_sets(source, sets or [])
+    claimed = framework.claims_native_keys(data)
+    cluster_part = {key: value for key, value in data.items() if key in CLUSTER_FIELDS and key not in claimed}
+    native = {key: value for key, value in data.items() if key not in CLUSTER_FIELDS or key in claimed}
+    issues, reported = written.problems(cluster_part, set(flags.given()))
+    issues += _misplaced_cluster_keys(native, claimed, framework, source, origins)
+    for key_path, problem in _image_problems(cluster_part):  # before the flags: only what the config writes
+        issues.append(f"{_origin(key_path, source, origins)}: `{'.'.join(key_path)}`: {problem}")
+    issues += _apply_flags(cluster_part, flags, origins)
+    native = deep_merge(framework.native_defaults(training_type), native)
+    # A script of the user's reads the file with its own parser: cw neither renames keys for the
+    # framework's command nor checks them against it.
+    own_script = cluster_part.get("script") is not None and framework.script_reads_its_own_keys
+    notices: list[str] = []
+    if not own_script:
+        native, upgraded = framework.upgrade_config(native, training_type)
+        notices += upgraded
+    issues += _size_from_framework(cluster_part, framework, native, training_type, path, source, origins, notices)
+    cluster, problems = _validate_cluster(cluster_part, source, origins, frozenset(reported))
+    issues += problems
+    if cluster is not None:
+        issues += _environment_problems(cluster, framework, native, host_env, launch, source, origins)
+    if not own_script:
+        issues += _native_problems(framework.validate_config(native, training_type), source, path)
+    if issues or cluster is None:
+        raise ConfigError(issues, hint="fix the fields above (run `cw schema` for the full reference)")
+    return RunConfig(path=path, cluster=cluster, native=native, notices=notices)
+
+
+def _apply_sets(source: YamlSource, sets: list[str]) -> tuple[dict[str, Any], dict[str, str], WrittenForms]:
+    """The config's data with the ``--set`` assignments applied in order, the ``--set`` behind each
+    top-level key they changed, and how values were written."""
     data = copy.deepcopy(source.data)
     origins: dict[str, str] = {}
-    written = _WrittenForms({key: (text, source.where(key)) for key, text in source.yaml11_numbers.items()}, [])
-    for assignment in sets or []:
+    written = WrittenForms({key: (text, source.where(key)) for key, text in source.yaml11_numbers.items()}, [])
+    for assignment in sets:
         parts, value = parse_set(assignment)
         _assign(data, parts, value, assignment)
         origins[parts[0]] = f"--set {assignment}"
         written.note_set(parts, value, assignment)
+    return data, origins, written
 
-    claimed = framework.claims_native_keys(data)
-    cluster_part = {key: value for key, value in data.items() if key in CLUSTER_FIELDS and key not in claimed}
-    native = {key: value for key, value in data.items() if key not in CLUSTER_FIELDS or key in claimed}
-    issues, reported = written.problems(cluster_part, set((flags or FlagOverrides()).given()))
-    notices: list[str] = []
+
+def _misplaced_cluster_keys(
+    native: dict[str, Any], claimed: set[str], framework: NativeConfigRules, source: YamlSource, origins: dict[str, str]
+) -> list[str]:
+    """A key the framework does not know that looks like a misspelt cw field (``gpus:``)."""
+    issues = []
     for key in native:
         if key in claimed or str(key) in framework.known_native_keys():
             continue
@@ -169,21 +205,36 @@ def load_run_config(
         close = get_close_matches(str(key), CLUSTER_FIELDS, n=1, cutoff=0.75)
         if close:
             issues.append(f"{_origin((key,), source, origins)}: `{key}`: unknown field; did you mean `{close[0]}`?")
+    return issues
 
-    for key_path, problem in _image_problems(cluster_part):  # before the flags: only what the config writes
-        issues.append(f"{_origin(key_path, source, origins)}: `{'.'.join(key_path)}`: {problem}")
-    for name, value in (flags or FlagOverrides()).given().items():
+
+def _apply_flags(cluster_part: dict[str, Any], flags: FlagOverrides, origins: dict[str, str]) -> list[str]:
+    """Set the flags given over cw's fields; the problems of a bad ``--image``."""
+    issues = []
+    for name, value in flags.given().items():
         cluster_part[name] = value
         origins[name] = f"--{name}"
         if name == "image" and (bad_image := image_problem(value)):
             issues.append(f"--image: {bad_image}")
-    native = deep_merge(framework.native_defaults(training_type), native)
-    # A script of the user's reads the file with its own parser: cw neither renames keys for the
-    # framework's command nor checks them against it.
-    own_script = cluster_part.get("script") is not None and framework.script_reads_its_own_keys
-    if not own_script:
-        native, upgraded = framework.upgrade_config(native, training_type)
-        notices += upgraded
+    return issues
+
+
+def _size_from_framework(
+    cluster_part: dict[str, Any],
+    framework: NativeConfigRules,
+    native: dict[str, Any],
+    training_type: TrainingType,
+    path: Path,
+    source: YamlSource,
+    origins: dict[str, str],
+    notices: list[str],
+) -> list[str]:
+    """Fill cw's sizes from what the native config states, then from the framework's defaults.
+
+    Returns:
+        One issue per size the config states both ways, differently.
+    """
+    issues = []
     for field_path, (wanted, native_key) in framework.native_resources(native, training_type, path.parent).items():
         mismatch = _size_from_native(cluster_part, field_path, wanted, native_key, origins, notices)
         if mismatch:
@@ -192,118 +243,42 @@ def load_run_config(
     for name in ("gpu", "cpu", "memory"):
         if cluster_part.get(name) is None and getattr(defaults, name) is not None:
             cluster_part[name] = getattr(defaults, name)
+    return issues
 
-    cluster: ClusterSpec | None = None
+
+def _validate_cluster(
+    cluster_part: dict[str, Any], source: YamlSource, origins: dict[str, str], reported: frozenset[KeyPath]
+) -> tuple[ClusterSpec | None, list[str]]:
+    """cw's fields as a :class:`ClusterSpec`, or None and the problems (``reported``: refused already)."""
     try:
-        cluster = ClusterSpec.model_validate(cluster_part)
+        return ClusterSpec.model_validate(cluster_part), []
     except ValidationError as exc:
-        issues.extend(_format_validation_error(exc, source, origins, frozenset(reported)))
+        return None, _format_validation_error(exc, source, origins, reported)
 
-    if cluster is not None:
-        conflicts = _environment_conflicts(cluster, framework, native, host_env, launch)
-        issues += [f"{_origin((key,), source, origins)}: {problem}" for key, problem in conflicts]
-    for problem in [] if own_script else framework.validate_config(native, training_type):
+
+def _environment_problems(
+    cluster: ClusterSpec,
+    framework: NativeConfigRules,
+    native: dict[str, Any],
+    host_env: Mapping[str, str] | None,
+    launch: bool,
+    source: YamlSource,
+    origins: dict[str, str],
+) -> list[str]:
+    """:func:`_environment_conflicts`, each at the line of the field to change."""
+    conflicts = _environment_conflicts(cluster, framework, native, host_env, launch)
+    return [f"{_origin((key,), source, origins)}: {problem}" for key, problem in conflicts]
+
+
+def _native_problems(problems: list[str], source: YamlSource, path: Path) -> list[str]:
+    """The framework's own problems with its config, each at its key's line when the file has it."""
+    issues = []
+    for problem in problems:
         # Messages name their field in backticks; point at that key's line when the file has it.
         named = re.search(r"`([A-Za-z_][\w.]*)", problem)
         key_path = tuple(named.group(1).split(".")) if named else ()
         issues.append(f"{source.where(key_path) if key_path else path}: {problem}")
-    if issues or cluster is None:
-        raise ConfigError(issues, hint="fix the fields above (run `cw schema` for the full reference)")
-    return RunConfig(path=path, cluster=cluster, native=native, notices=notices)
-
-
-class _WrittenForms(Struct):
-    """How values were written, where cw's fields refuse the form although the value is valid.
-
-    Attributes:
-        odd_numbers: Key path -> (text, where) of each number in a YAML-1.1-only form
-            (``0x10``, ``010``, ``1:30``, ``1_000``); where is ``file:line`` or ``--set ...``.
-        nulls: (key path, assignment) of each ``--set`` that gave null (``--set gpu=``).
-    """
-
-    odd_numbers: dict[KeyPath, tuple[str, str]]
-    nulls: list[tuple[list[str], str]]
-
-    def note_set(self, parts: list[str], value: Any, assignment: str) -> None:
-        """Record a ``--set``: it replaces what the file wrote at and under its key."""
-        self.odd_numbers = {key: odd for key, odd in self.odd_numbers.items() if not _under(key, parts)}
-        raw = assignment.partition("=")[2]
-        if yaml11_number(raw):
-            self.odd_numbers[tuple(parts)] = (raw.strip(), f"--set {assignment}")
-        if value is None:
-            self.nulls.append((parts, assignment))
-
-    def problems(self, cluster_part: dict[str, Any], flagged: set[str]) -> tuple[list[str], set[KeyPath]]:
-        """One issue per refused form in cw's own fields, and the key paths they name.
-
-        Args:
-            cluster_part: cw's fields of the config (the framework's keys and those it claims left out).
-            flagged: The fields a flag sets (``--gpu`` replaces whatever the file wrote).
-        """
-        issues: list[str] = []
-        reported: set[KeyPath] = set()
-        for parts, assignment in self.nulls:
-            if problem := _null_problem(parts, cluster_part):
-                issues.append(f"--set {assignment}: {problem}")
-                reported.add(tuple(parts))
-        for key, (text, where) in self.odd_numbers.items():
-            if str(key[0]) in cluster_part and key[0] not in flagged:
-                issues.append(f"{where}: {_yaml11_problem(key, text, where.startswith('--set'))}")
-                reported.add(key)
-        return issues, reported
-
-
-def _under(key: KeyPath, parts: list[str]) -> bool:
-    """Whether ``key`` is the path ``parts`` or inside it (a ``--set`` there replaced it)."""
-    return [str(part) for part in key[: len(parts)]] == parts
-
-
-def _yaml11_problem(key: KeyPath, text: str, from_set: bool) -> str:
-    """Why a cw field's number written as ``0x10``, ``010``, ``0b1``, ``1:30`` or ``1_000`` is refused, and the fix."""
-    value = parse_scalar(text)
-    lowered = text.lower().lstrip("+-")
-    kind = (
-        "a hexadecimal" if lowered.startswith("0x") else "a binary" if lowered.startswith("0b")
-        else "a base-60" if ":" in text else "an underscored" if "_" in text else "an octal"
-    )  # fmt: skip
-    dotted = ".".join(str(part) for part in key)
-    fix = f"--set {dotted}={value}" if from_set else f"`{key[-1]}: {value}`"
-    quoted = f"--set {dotted}=\"'{text}'\"" if from_set else f"'{text}'"
-    return (
-        f"`{dotted}`: {text} is {kind} number ({value}) only in YAML 1.1; YAML 1.2, JSON and TOML readers "
-        f"take it otherwise. Write the plain decimal number {fix} (or quote it, {quoted}, if it is text)"
-    )
-
-
-#: cw fields the loader fills with the framework's default when they are null: a `--set gpu=`
-#: that made one null would launch with the default, never what it says.
-_DEFAULTED_WHEN_NULL = frozenset({"gpu", "cpu", "memory"})
-_EXAMPLES = {"gpu": "8", "cpu": "16", "memory": "64Gi", "nodes": "2"}
-
-
-def _null_problem(parts: list[str], cluster_part: dict[str, Any]) -> str | None:
-    """Why a ``--set`` that makes a cw field null is refused (None when null is fine there).
-
-    Refused where the field takes no null (``nodes``), or where null means the framework's
-    default (``gpu``, ``cpu``, ``memory``): an empty ``--set gpu=`` is a value left out, not a
-    request for the default.
-    """
-    if parts[0] not in cluster_part:
-        return None  # the framework's key, or one it claims
-    from cw_cli.config.models import ServiceResources
-
-    if len(parts) == 1:
-        model: type[BaseModel] = ClusterSpec
-    elif len(parts) == 3 and parts[0] == "services":
-        model = ServiceResources
-    else:
-        return None
-    info = model.model_fields.get(parts[-1])
-    if info is None or (parts[-1] not in _DEFAULTED_WHEN_NULL and type(None) in get_args(info.annotation)):
-        return None
-    key = ".".join(parts)
-    example = f" such as --set {key}={_EXAMPLES[parts[-1]]}" if parts[-1] in _EXAMPLES else ""
-    return f"`{key}` cannot be null (an empty value is null); give a value{example}, or leave the --set out"
+    return issues
 
 
 def _image_problems(cluster_part: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
