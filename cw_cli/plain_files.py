@@ -20,13 +20,13 @@ class NotAPlainFile(OSError):
     """The path names something that is not a small regular file; ``str()`` says why in a few words."""
 
 
-def pseudo_file(path: str | Path) -> str | None:
-    """The resolved path when ``path`` leads into ``/proc`` or ``/sys``, else None."""
+def pseudo_file(path: str | Path, roots: tuple[str, ...] = PSEUDO_ROOTS) -> str | None:
+    """The resolved path when ``path`` leads into one of ``roots`` (``/proc`` or ``/sys``), else None."""
     try:
         resolved = os.path.realpath(path)
     except (OSError, ValueError):
         return None
-    return resolved if any(resolved == root or resolved.startswith(root + "/") for root in PSEUDO_ROOTS) else None
+    return resolved if any(resolved == root or resolved.startswith(root + "/") for root in roots) else None
 
 
 def check_plain_file(path: str | Path, limit: int) -> os.stat_result:

@@ -12,9 +12,11 @@ import os
 import stat
 from pathlib import Path
 
+from cw_cli.plain_files import pseudo_file
+
 #: The API server refuses a ConfigMap whose keys plus values exceed this (data and binaryData).
 CONFIGMAP_LIMIT = 1024 * 1024
-#: Kernel pseudo-filesystems: their files look regular but are not files a user keeps data in.
+#: Kernel pseudo-filesystems and devices: their files look regular but are not files a user keeps data in.
 PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
 
 
@@ -24,15 +26,6 @@ def volume_hint(setting: str) -> str:
         "put it on a volume (`volumes: {my-data: /data}`, a PersistentVolumeClaim) and "
         f"{setting} its path under /data"
     )
-
-
-def pseudo_file(path: Path | str) -> str | None:
-    """The resolved path when ``path`` leads into a kernel pseudo-filesystem, else None."""
-    try:
-        resolved = os.path.realpath(path)
-    except (OSError, ValueError):
-        return None
-    return resolved if any(resolved == root or resolved.startswith(root + "/") for root in PSEUDO_ROOTS) else None
 
 
 def check_shippable(path: Path, what: str) -> os.stat_result:
@@ -59,7 +52,7 @@ def check_shippable(path: Path, what: str) -> os.stat_result:
         raise ValueError(f"{what}: {path} is a folder; list its files")
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(f"{what}: {path} is not a regular file (a device, FIFO or socket)")
-    resolved = pseudo_file(path)
+    resolved = pseudo_file(path, PSEUDO_ROOTS)
     if resolved is not None:
         raise ValueError(f"{what}: {path} is a file of the operating system ({resolved}), not one to ship with a run")
     if info.st_size > CONFIGMAP_LIMIT:
