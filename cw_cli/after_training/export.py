@@ -8,8 +8,8 @@ from cw_cli.client.connection import Kube
 from cw_cli.errors import ConfigError, Conflict
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.k8s.run_facts import claims_of, output_dir_of, trainer_of
+from cw_cli.labels import TRAINER
 from cw_cli.render.export import EXPORT_TTL_HOURS, ExportChoice, ExportFacts, export_manifests, export_name
-from cw_cli.render.jobset import TRAINER
 from cw_cli.render.workload import owner_kind
 
 #: Environment entries of the trainer the export needs: the Hub token and where the cache is, and

@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterator
 
 from cw_cli.client.connection import Kube
 from cw_cli.errors import NotFound, Rejected, RunFailed, WaitTimeout
-from cw_cli.k8s.explanations import explain_pending, pods_refused
+from cw_cli.k8s.explanations import explain_pending
 from cw_cli.k8s.queries import find_pod, run_objects, run_selector
+from cw_cli.k8s.workloads import on_cluster
 from cw_cli.labels import TRAINER
-from cw_cli.render.jobset import child_job_name
 from cw_cli.render.workload import owner_kind
 
 Progress = Callable[[str], None]
@@ -72,7 +72,10 @@ def wait_for_run(
     poll_s: float = 2.0,
     kind: str = "Job",
 ) -> str:
-    """Block until the run's owner (the trainer Job, or its JobSet) succeeds or fails.
+    """Block until the run's owner (the trainer Job, or its JobSet: ``kind``) succeeds or fails.
+
+    Its state, and why the cluster refuses the trainer's pods, are its kind's to read
+    (:mod:`cw_cli.render.workloads`, :mod:`cw_cli.k8s.workloads`).
 
     Returns:
         ``"Succeeded"``.
@@ -101,7 +104,7 @@ def wait_for_run(
             )
             raise RunFailed(f"run failed: {reason}".strip(), hint=f"see the logs: cw logs {job_name.removesuffix('-trainer')}")
         if state in ("Pending", "Starting"):
-            refused = _trainer_refused(kube, kind, job_name, job)
+            refused = on_cluster(kind).trainer_refused(kube, job)
             if refused:
                 raise Rejected(
                     f"the cluster refuses to create the pods of {job_name}: {refused}",
@@ -111,13 +114,6 @@ def wait_for_run(
         if deadline and time.monotonic() > deadline:
             raise WaitTimeout(f"{job_name} still {state} after {int(timeout_s or 0)} s")
         time.sleep(poll_s)
-
-
-def _trainer_refused(kube: Kube, kind: str, name: str, owner: dict) -> str | None:
-    """Why the cluster refuses the trainer's pods, read from its Job (a JobSet's child Job)."""
-
-    job = owner if kind == "Job" else kube.get("Job", child_job_name(name, TRAINER))
-    return pods_refused(kube, "Job", job) if job is not None else None
 
 
 def _split_timestamp(line: str) -> tuple[str, str]:

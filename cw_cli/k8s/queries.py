@@ -24,17 +24,20 @@ from cw_cli.labels import (
     SWEEP_LABEL,
     managed_selector,
 )
+from cw_cli.render.workload import OWNERS
 
-RUN_KINDS = ("JobSet", "Job", "Deployment", "Service", "ConfigMap", "NetworkPolicy", "RoleBinding", "Role", "ServiceAccount")
+#: The kinds that own a run's trainer, a JobSet before a Job (a JobSet run's child Jobs are not owners).
+OWNER_KINDS = tuple(reversed(OWNERS))
+RUN_KINDS = (*OWNER_KINDS, "Deployment", "Service", "ConfigMap", "NetworkPolicy", "RoleBinding", "Role", "ServiceAccount")
 #: Kinds every run has one of, under a name fixed by the run's (:func:`cw_cli.labels.object_names`):
 #: `cw status` reads them by name, which the API server answers at once, where a label-selected
 #: list scans every object of the kind in the namespace (one per run: +1.7-1.9 ms each at 1,000 runs).
 NAMED_KINDS = {"ConfigMap": "config", "NetworkPolicy": "network"}
 #: Kinds whose API exists only where an add-on is installed: absent means no such object.
-OPTIONAL_KINDS = ("JobSet",)
+OPTIONAL_KINDS = tuple(kind for kind in OWNER_KINDS if OWNERS[kind].add_on)
 #: Kinds read whole (state, GPUs, servers); the other kinds of a run are read as metadata only
 #: (names and labels: a ConfigMap alone carries cw's pod-side files, tens of KB per run).
-WHOLE_KINDS = ("JobSet", "Job", "Deployment")
+WHOLE_KINDS = (*OWNER_KINDS, "Deployment")
 #: Reads in flight at once. Each worker pays for its own TLS handshake, so a round of ten reads
 #: (a run's kinds and pods) is fastest on a few kept-alive connections: on the test cluster the
 #: first `cw status` round took 40 ms on 10 connections, 27 on 4 and 35 on 1 (medians of 9).
@@ -183,7 +186,7 @@ def run_names(kube: Kube) -> list[str]:
     """Names of the runs in the namespace, from their owners and servers only (for completion)."""
     names = {
         (obj["metadata"].get("labels") or {}).get(RUN_LABEL, "")
-        for _, obj in run_objects(kube, kinds=("JobSet", "Job", "Deployment"), whole=())
+        for _, obj in run_objects(kube, kinds=WHOLE_KINDS, whole=())
     }
     return sorted(n for n in names if n)
 

@@ -20,7 +20,8 @@ from cw_cli.labels import (
     TYPE_LABEL,
     WANDB_URL_ANNOTATION,
 )
-from cw_cli.render.workload import JOBSET, OWNERS, STALLED, pod_gpus
+from cw_cli.render.workload import OWNERS
+from cw_cli.render.workloads.base import STALLED, pod_gpus
 
 #: Log lines read per failed container: few for `cw list`, more for `cw status`.
 LIST_LOG_LINES = 20
@@ -70,7 +71,7 @@ class RunView(Struct):
     @property
     def stalled(self) -> bool:
         """Whether the launcher that created the run stopped before starting it
-        (:data:`~cw_cli.render.workload.STALLED`)."""
+        (:data:`~cw_cli.render.workloads.base.STALLED`)."""
         return self.state == STALLED
 
 
@@ -105,8 +106,9 @@ def collect_runs(
             view.links.update(_links(obj))
             view.state = owner.state(obj)
             view.gpus += owner.gpus(obj)
-            if kind == JOBSET:  # only a JobSet restarts the whole gang (and counts it)
-                view.restarts = int((obj.get("status") or {}).get("restarts", 0))
+            restarts = owner.restarts(obj)  # only a kind that restarts the whole gang counts them
+            if restarts is not None:
+                view.restarts = restarts
             owners.setdefault(key, []).append((kind, obj))
         elif kind == "Deployment":
             view.gpus += pod_gpus(obj["spec"]["template"]["spec"]) * int(obj["spec"].get("replicas", 1))

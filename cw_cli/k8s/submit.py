@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -11,12 +10,14 @@ from typing import Any
 from msgspec import Struct, field
 
 from cw_cli.client.connection import Kube
-from cw_cli.errors import ClusterUnreachable, Conflict, CwError, Forbidden, Interrupted, NotFound, Rejected, WaitTimeout
-from cw_cli.render.jobset import child_job_name
+from cw_cli.errors import ClusterUnreachable, Conflict, CwError, Forbidden, Interrupted, NotFound
+from cw_cli.k8s.server_waits import Progress, deployment_ready, wait_for_deployments
+from cw_cli.k8s.workloads import OnCluster, on_cluster
 from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S, Plan
 from cw_cli.render.workload import OWNERS
 
-Progress = Callable[[str], None]
+#: The server waits are read from here too (the api's `Run.wait_services`).
+__all__ = ["CreatedObject", "LaunchResult", "deployment_ready", "launch", "preflight", "remove_objects", "wait_for_deployments"]
 
 
 class LaunchResult(Struct):
@@ -227,103 +228,6 @@ def remove_objects(kube: Kube, objects: list[CreatedObject]) -> list[str]:
     return left
 
 
-def deployment_ready(deployment: dict[str, Any]) -> bool:
-    """Whether a Deployment has all its replicas Ready (read from status only)."""
-    spec_replicas = deployment.get("spec", {}).get("replicas", 1)
-    status = deployment.get("status") or {}
-    generation_seen = status.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 1)
-    return generation_seen and status.get("readyReplicas", 0) >= spec_replicas
-
-
-#: (ready, why the cluster refuses its pods or None) of each server, by name.
-ServerStates = Callable[[list[str]], dict[str, tuple[bool, str | None]]]
-
-
-def _wait_for_servers(
-    kube: Kube, run_name: str, names: list[str], read: ServerStates, timeout_s: float, progress: Progress, poll_s: float
-) -> None:
-    """Poll ``read`` until every server is Ready; stop at once if the cluster refuses one's pods."""
-    from cw_cli.k8s.explanations import explain_pods
-    from cw_cli.k8s.queries import run_selector
-
-    deadline = time.monotonic() + timeout_s
-    announced: set[str] = set()
-    while True:
-        states = read(names)
-        waiting = [name for name in names if not states[name][0]]
-        for name in waiting:
-            refused = states[name][1]
-            if refused:
-                raise Rejected(
-                    f"the cluster refuses to create the pods of {name}: {refused}",
-                    hint="the namespace's policy (Pod Security, quota, an admission webhook) rejects them; "
-                    "see `kubectl get events`, or use another --namespace",
-                )
-        for name in names:
-            if name not in waiting and name not in announced:
-                progress(f"service {name} is Ready")
-                announced.add(name)
-        if not waiting:
-            return
-        if time.monotonic() > deadline:
-            reasons = explain_pods(kube, run_selector(run_name))
-            raise WaitTimeout(
-                f"services not Ready after {int(timeout_s)} s: {', '.join(waiting)}",
-                hint="; ".join(reasons) or "see `cw status` and `cw logs --role server`",
-            )
-        time.sleep(poll_s)
-
-
-def wait_for_deployments(
-    kube: Kube, run_name: str, names: list[str], timeout_s: float, progress: Progress, poll_s: float = 2.0
-) -> None:
-    """Block until every named Deployment is Ready.
-
-    Raises:
-        Rejected: The cluster refuses to create a server's pods (it would never become Ready).
-        WaitTimeout: Not all Ready within the timeout (the message says which and why).
-    """
-    from cw_cli.k8s.explanations import pods_refused
-
-    def read(wanted: list[str]) -> dict[str, tuple[bool, str | None]]:
-        states = {}
-        for name in wanted:
-            deployment = kube.get("Deployment", name) or {"metadata": {}}
-            ready = deployment_ready(deployment)
-            states[name] = (ready, None if ready else pods_refused(kube, "Deployment", deployment))
-        return states
-
-    _wait_for_servers(kube, run_name, names, read, timeout_s, progress, poll_s)
-
-
-def wait_for_gang_servers(
-    kube: Kube, jobset_name: str, roles: list[str], timeout_s: float, progress: Progress, poll_s: float = 2.0
-) -> None:
-    """Block until the server Jobs of a JobSet run (``<run>-<role>``) have their pods Ready.
-
-    Raises:
-        Rejected: The cluster refuses to create a server's pods.
-        WaitTimeout: Not all Ready within the timeout.
-    """
-    from cw_cli.k8s.explanations import pods_refused
-
-    def read(wanted: list[str]) -> dict[str, tuple[bool, str | None]]:
-        jobset = kube.get("JobSet", jobset_name) or {}
-        statuses = {s["name"]: s for s in (jobset.get("status") or {}).get("replicatedJobsStatus") or []}
-        states: dict[str, tuple[bool, str | None]] = {}
-        for name in wanted:
-            role = name.removeprefix(f"{jobset_name}-")
-            if int(statuses.get(role, {}).get("ready", 0)) >= 1:
-                states[name] = (True, None)
-                continue
-            job = kube.get("Job", child_job_name(jobset_name, role))
-            states[name] = (False, pods_refused(kube, "Job", job) if job else None)
-        return states
-
-    names = [f"{jobset_name}-{role}" for role in roles]
-    _wait_for_servers(kube, jobset_name, names, read, timeout_s, progress, poll_s)
-
-
 def launch(
     kube: Kube,
     plan: Plan,
@@ -364,46 +268,12 @@ def launch(
     preflight(kube, plan)
     result = LaunchResult(dry_run=server_dry_run)
     created: list[CreatedObject] = []
-    owner_ref: dict[str, Any] | None = None
+    kind = on_cluster(plan.owner_kind)
     try:
-        for manifest in plan.manifests:
-            body = _in_namespace(manifest, kube.namespace)
-            kind, name = manifest["kind"], manifest["metadata"]["name"]
-            if owner_ref is None and kind in ("Job", "JobSet"):
-                body["spec"] = dict(body["spec"], suspend=True)
-            if owner_ref is not None:
-                body["metadata"]["ownerReferences"] = [owner_ref]
-            try:
-                made = kube.create(body, dry_run=server_dry_run)
-            except Conflict:
-                # Any object of the run already there: the owner just made (if any) is removed below.
-                raise _run_exists(plan, kind, name) from None
-            except NotFound:
-                if owner_ref is None and not _namespace_readable_and_there(kube):
-                    raise _no_namespace(kube) from None
-                raise
-            result.created.append(f"{kind}/{name}")
-            if not server_dry_run:
-                created.append(CreatedObject(kind, name, made["metadata"]["uid"]))
-            progress(f"{'validated' if server_dry_run else 'created'} {kind} {name}")
-            if owner_ref is None:
-                if not made.get("metadata", {}).get("uid"):
-                    made["metadata"]["uid"] = "00000000-0000-0000-0000-000000000000"  # dry run: never persisted
-                owner_ref = _owner_reference(made)
-        if server_dry_run:
-            return result
-        if plan.trainer_job is not None and plan.managed_suspend:
-            kube.merge_patch(plan.owner_kind, plan.trainer_job, {"spec": {"suspend": False}})
-            result.released = True
-            waits = " (its trainer waits in the cluster until the servers answer)" if plan.service_deployments or plan.gang_servers else ""
-            progress(f"started {plan.owner_kind} {plan.trainer_job}{waits}")
-        # Under Kueue the run may wait in its queue for hours: cw does not wait with it.
-        if plan.service_deployments and (plan.managed_suspend or plan.trainer_job is None):
-            progress(f"waiting for {len(plan.service_deployments)} service(s) to be Ready")
-            wait_for_deployments(kube, plan.run_name, plan.service_deployments, services_timeout_s, progress)
-        if plan.gang_servers and plan.managed_suspend:
-            progress(f"waiting for {len(plan.gang_servers)} server(s) of JobSet {plan.trainer_job} to be Ready")
-            wait_for_gang_servers(kube, plan.trainer_job or plan.run_name, plan.gang_servers, services_timeout_s, progress)
+        _create_all(kube, plan, kind, result, created, progress)
+        if not server_dry_run:
+            result.released = kind.release(kube, plan, progress)
+            kind.wait_for_servers(kube, plan, services_timeout_s, progress)
         return result
     except (CwError, KeyboardInterrupt) as exc:
         left = remove_objects(kube, created) if created else []
@@ -415,4 +285,45 @@ def launch(
         if isinstance(exc, KeyboardInterrupt):
             raise Interrupted(f"interrupted; {note}" if created else "interrupted before anything was created") from None
         exc.hint = f"{exc.hint}; {note}" if exc.hint and created else (exc.hint or (note if created else None))
+        raise
+
+
+def _create_all(
+    kube: Kube, plan: Plan, kind: OnCluster, result: LaunchResult, created: list[CreatedObject], progress: Progress
+) -> None:
+    """Create the plan's objects in order, the owner first (as its kind creates it), every other
+    one owned by it; record each in ``result`` and, unless nothing is persisted, in ``created``."""
+    owner_ref: dict[str, Any] | None = None
+    for manifest in plan.manifests:
+        body = _in_namespace(manifest, kube.namespace)
+        if owner_ref is None:
+            body = kind.create_body(body)
+        else:
+            body["metadata"]["ownerReferences"] = [owner_ref]
+        made = _create(kube, plan, body, first=owner_ref is None, dry_run=result.dry_run)
+        object_kind, name = manifest["kind"], manifest["metadata"]["name"]
+        result.created.append(f"{object_kind}/{name}")
+        if not result.dry_run:
+            created.append(CreatedObject(object_kind, name, made["metadata"]["uid"]))
+        progress(f"{'validated' if result.dry_run else 'created'} {object_kind} {name}")
+        if owner_ref is None:
+            if not made.get("metadata", {}).get("uid"):
+                made["metadata"]["uid"] = "00000000-0000-0000-0000-000000000000"  # dry run: never persisted
+            owner_ref = _owner_reference(made)
+
+
+def _create(kube: Kube, plan: Plan, body: dict[str, Any], *, first: bool, dry_run: bool) -> dict[str, Any]:
+    """Create one object; an object of the run already there means the run exists.
+
+    Raises:
+        Conflict: The object exists (the owner just made, if any, is removed by the caller).
+        NotFound: The namespace does not exist (named so when the first object's create says 404).
+    """
+    try:
+        return kube.create(body, dry_run=dry_run)
+    except Conflict:
+        raise _run_exists(plan, body["kind"], body["metadata"]["name"]) from None
+    except NotFound:
+        if first and not _namespace_readable_and_there(kube):
+            raise _no_namespace(kube) from None
         raise

@@ -56,11 +56,12 @@ def find_trainer(manifests: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any]
     Raises:
         LocalRunError: No Job has a container named ``trainer``.
     """
+    from cw_cli.render.workload import OWNERS
+
     for manifest in manifests:
-        if manifest.get("kind") != "Job":
-            continue
-        spec = manifest.get("spec", {}).get("template", {}).get("spec", {})
-        for container in spec.get("containers", []):
+        owner = OWNERS.get(str(manifest.get("kind")))  # the trainer's owner (a --local plan's is a Job)
+        template = owner.trainer_template(dict(manifest)) if owner is not None else None
+        for container in ((template or {}).get("spec") or {}).get("containers", []):
             if container.get("name") == TRAINER_CONTAINER:
                 return dict(manifest), dict(container)
     raise LocalRunError("the manifests have no Job with a container named 'trainer' (was it rendered with --services?)")
@@ -330,6 +331,38 @@ class LocalRun(Struct):
         return self.config_dir / CONFIG_KEY
 
 
+def _refuse_several_nodes(job: Mapping[str, Any]) -> None:
+    """Refuse a trainer Job that runs on several nodes: a local run is one process tree."""
+    spec = job.get("spec", {})
+    if int(spec.get("completions") or 1) > 1 or int(spec.get("parallelism") or 1) > 1:
+        raise LocalRunError(
+            f"the trainer Job runs on {spec.get('completions')} nodes; local runs are single-node (render with --nodes 1)"
+        )
+
+
+def _write_config_files(
+    data: Mapping[str, str | bytes], config_dir: Path, mounts: Mapping[str, Path], overrides: Mapping[str, Any]
+) -> dict[str, Path]:
+    """Write the ConfigMap's files under ``config_dir``, their pod paths mapped to ``mounts`` and the
+    framework's config with ``overrides`` applied; relative path -> written file."""
+    files: dict[str, Path] = {}
+    for relative, content in data.items():
+        parts = relative.split("/")
+        if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            raise LocalRunError(f"bad ConfigMap path {relative!r}")
+        path = config_dir.joinpath(*parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            text = map_paths(content, mounts)
+            if relative == CONFIG_KEY:
+                text = apply_overrides(text, overrides)
+            path.write_text(text, encoding="utf-8")
+        files[relative] = path
+    return files
+
+
 class LocalRunner:
     """Runs the trainer of a plan on this machine.
 
@@ -379,11 +412,7 @@ class LocalRunner:
         if self._prepared is not None:
             return self._prepared
         job, container = find_trainer(self.manifests)
-        spec = job.get("spec", {})
-        if int(spec.get("completions") or 1) > 1 or int(spec.get("parallelism") or 1) > 1:
-            raise LocalRunError(
-                f"the trainer Job runs on {spec.get('completions')} nodes; local runs are single-node (render with --nodes 1)"
-            )
+        _refuse_several_nodes(job)
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="cw-local-"))
         config_dir = self.workdir / "etc-cw"
@@ -391,44 +420,10 @@ class LocalRunner:
         mounts, data = mount_table(job, container, self.manifests, config_dir, self.checkpoint_dir, scratch)
         for local in mounts.values():
             local.mkdir(parents=True, exist_ok=True)
-
-        files: dict[str, Path] = {}
-        for relative, content in data.items():
-            parts = relative.split("/")
-            if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
-                raise LocalRunError(f"bad ConfigMap path {relative!r}")
-            path = config_dir.joinpath(*parts)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, bytes):
-                path.write_bytes(content)
-            else:
-                text = map_paths(content, mounts)
-                if relative == CONFIG_KEY:
-                    text = apply_overrides(text, self.config_overrides)
-                path.write_text(text, encoding="utf-8")
-            files[relative] = path
-
-        env_base = dict(os.environ) if self.inherit_env else {}
+        files = _write_config_files(data, config_dir, mounts, self.config_overrides)
         cenv, missing = container_env(container, host_env=os.environ)
         cenv = {k: map_paths(v, mounts) for k, v in cenv.items()}
-        env = {**env_base, **cenv, **self.extra_env}
-        # Search paths add up instead of replacing each other: the caller's first, then the
-        # container's (cw's pod-side modules), then this process's.
-        host_pythonpath = os.environ.get("PYTHONPATH") if self.inherit_env else None
-        search = [self.extra_env.get("PYTHONPATH"), cenv.get("PYTHONPATH"), host_pythonpath]
-        if "PYTHONPATH" in cenv:
-            env["PYTHONPATH"] = os.pathsep.join(p for p in search if p)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        # Programs a launcher execs by name (`trl`, `accelerate`) come from the same environment
-        # as the interpreter, activated or not.
-        scripts = str(Path(self.python).parent)
-        if scripts not in env.get("PATH", "").split(os.pathsep):
-            env["PATH"] = os.pathsep.join(p for p in (scripts, env.get("PATH", "")) if p)
-        # cw_pip.py only checks here: a local run must not install into the user's environment.
-        env.setdefault("CW_PIP_CHECK", "1")
-        if self.cpu_only:
-            env["CUDA_VISIBLE_DEVICES"] = ""
-
+        env = self._environment(cenv)
         kube_env = {**cenv, **self.extra_env}  # the kubelet expands $(VAR) from the container's env only
         command = [map_paths(expand_vars(arg, kube_env), mounts) for arg in container_command(container)]
         command[0] = resolve_executable(command[0], self.python)
@@ -448,6 +443,29 @@ class LocalRunner:
             unresolved_env=missing,
         )
         return self._prepared
+
+    def _environment(self, cenv: dict[str, str]) -> dict[str, str]:
+        """The trainer's environment: this process's (when inherited), the container's (``cenv``,
+        paths mapped), then the caller's extras."""
+        env_base = dict(os.environ) if self.inherit_env else {}
+        env = {**env_base, **cenv, **self.extra_env}
+        # Search paths add up instead of replacing each other: the caller's first, then the
+        # container's (cw's pod-side modules), then this process's.
+        host_pythonpath = os.environ.get("PYTHONPATH") if self.inherit_env else None
+        search = [self.extra_env.get("PYTHONPATH"), cenv.get("PYTHONPATH"), host_pythonpath]
+        if "PYTHONPATH" in cenv:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in search if p)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        # Programs a launcher execs by name (`trl`, `accelerate`) come from the same environment
+        # as the interpreter, activated or not.
+        scripts = str(Path(self.python).parent)
+        if scripts not in env.get("PATH", "").split(os.pathsep):
+            env["PATH"] = os.pathsep.join(p for p in (scripts, env.get("PATH", "")) if p)
+        # cw_pip.py only checks here: a local run must not install into the user's environment.
+        env.setdefault("CW_PIP_CHECK", "1")
+        if self.cpu_only:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
 
     def lines(self) -> Iterator[str]:
         """Start the trainer and yield its output (stdout and stderr merged), line by line,

@@ -9,15 +9,16 @@ caller (:mod:`cw_cli.api`), never here.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from msgspec import Struct
 
 from cw_cli.errors import ConfigError
-from cw_cli.labels import GPU_RESOURCE, KUEUE_QUEUE_LABEL, TRAINER, object_names
-from cw_cli.render.jobset import GROUP_VERSION_PATH as JOBSET_API
+from cw_cli.render.workloads.base import WorkloadKind
+from cw_cli.render.workloads.job import JobOwner, ServersOnly
+from cw_cli.render.workloads.jobset import GROUP_VERSION_PATH as JOBSET_API
+from cw_cli.render.workloads.jobset import JobSetOwner
 
 if TYPE_CHECKING:  # annotations only: `cw status` reads owners through this module without pydantic
     from cw_cli.config.models import ClusterSpec
@@ -25,9 +26,11 @@ if TYPE_CHECKING:  # annotations only: `cw status` reads owners through this mod
 #: Kueue's API group version (the Workload and LocalQueue kinds cw reads).
 KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
 
-JOB = "Job"
-JOBSET = "JobSet"
-SERVICES_ONLY = "ConfigMap"  # `--services`: the ConfigMap owns the servers
+JOB = JobOwner.kind
+JOBSET = JobSetOwner.kind
+SERVICES_ONLY = ServersOnly.kind  # `--services`: the ConfigMap owns the servers
+#: A kind that owns a run's trainer (its reading half is all most callers need).
+OwnerKind = WorkloadKind
 
 
 class ClusterFacts(Struct, frozen=True):
@@ -61,11 +64,6 @@ class Workload(Struct, frozen=True):
     notes: tuple[str, ...] = ()
 
     @property
-    def gang(self) -> bool:
-        """Whether the run is one JobSet (trainer and servers admitted and stopped together)."""
-        return self.owner_kind == JOBSET
-
-    @property
     def managed_suspend(self) -> bool:
         """Whether cw releases the suspended Job itself (not under Kueue, which admits it)."""
         return self.queue is None
@@ -74,6 +72,11 @@ class Workload(Struct, frozen=True):
     def owner(self) -> OwnerKind | None:
         """The owner's strategy (None with ``--services``: the ConfigMap owns only servers)."""
         return OWNERS.get(self.owner_kind)
+
+    @property
+    def strategy(self) -> WorkloadKind:
+        """The kind's strategy, servers only included: it renders and reads back the run's objects."""
+        return KINDS[self.owner_kind]
 
 
 def apis_to_ask(cluster: ClusterSpec, services_only: bool, local: bool) -> tuple[str, ...]:
@@ -155,134 +158,18 @@ def choose_workload(
     return Workload(JOB, queue, tuple(notes))
 
 
-# --- the owner objects the strategies create: their names, states, GPUs and pod templates ----------
+# --- the kinds: each answers for itself (render/workloads/) -------------------------------------
 #
-# What a run's owner object is called, what state it is in and which pods it holds is answered
-# here, once per kind, for everything that reads a run back (`cw status`, `cw list`, `--wait`,
-# `cw export`, the preflight): no other module branches on Job versus JobSet.
+# What a run's owner object is called, how its objects are laid out, what state it is in, which pods
+# it holds and why it failed is answered once per kind, by its strategy; the cluster half of each
+# kind is cw_cli/k8s/workloads.py. No other module branches on the kind
+# (tests/unit/test_only_the_strategy_branches_on_the_workload_kind.py).
 
-#: cw releases a Job within seconds of creating it; one still suspended after this long (and not
-#: held by Kueue) was left by a launcher that died half-way.
-STALLED_AFTER_S = 60
-STALLED = "Half-made (launcher stopped)"
-
-
-def _created(obj: dict[str, Any]) -> datetime | None:
-    stamp = (obj.get("metadata") or {}).get("creationTimestamp")
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
-
-
-def _true_conditions(obj: dict[str, Any]) -> list[str]:
-    return [c["type"] for c in (obj.get("status") or {}).get("conditions") or [] if c.get("status") == "True"]
-
-
-def _suspended_state(obj: dict[str, Any], now: datetime | None) -> str:
-    """A suspended owner: queued by Kueue, being created, or left half-made by a launcher that died."""
-    if KUEUE_QUEUE_LABEL in ((obj.get("metadata") or {}).get("labels") or {}):
-        return "Queued (Kueue)"
-    created = _created(obj)
-    age = ((now or datetime.now(timezone.utc)) - created).total_seconds() if created else 0
-    return STALLED if age > STALLED_AFTER_S else "Starting"
-
-
-def pod_gpus(pod_spec: dict[str, Any]) -> int:
-    """GPUs a pod's containers ask for (their ``nvidia.com/gpu`` limits)."""
-    return sum(
-        int(c.get("resources", {}).get("limits", {}).get(GPU_RESOURCE, 0) or 0) for c in pod_spec.get("containers", [])
-    )
-
-
-class OwnerKind:
-    """What cw knows of one kind of run owner (a trainer Job, or the run's JobSet)."""
-
-    kind = ""
-
-    def name(self, run_name: str) -> str:
-        """The owner's object name for a run."""
-        raise NotImplementedError
-
-    def state(self, owner: dict[str, Any], now: datetime | None = None) -> str:
-        """The run's plain state: Succeeded, Failed, Starting, Queued (Kueue), Pending, Running or
-        :data:`STALLED`."""
-        raise NotImplementedError
-
-    def templates(self, owner: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        """(role, pod template) of every pod the owner creates, the trainer first."""
-        raise NotImplementedError
-
-    def gpus(self, owner: dict[str, Any]) -> int:
-        """GPUs the owner's pods ask for in all."""
-        raise NotImplementedError
-
-    def trainer_template(self, owner: dict[str, Any]) -> dict[str, Any] | None:
-        """The trainer's pod template (None: the owner has none)."""
-        return next((template for role, template in self.templates(owner) if role == TRAINER), None)
-
-
-class JobOwner(OwnerKind):
-    """A run whose trainer is one (indexed) Job, `<run>-trainer`; servers are Deployments."""
-
-    kind = JOB
-
-    def name(self, run_name: str) -> str:
-        return object_names(run_name)[TRAINER]
-
-    def state(self, owner: dict[str, Any], now: datetime | None = None) -> str:
-        conditions = _true_conditions(owner)
-        if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
-            return "Succeeded"
-        if "Failed" in conditions or "FailureTarget" in conditions:
-            return "Failed"
-        if (owner.get("spec") or {}).get("suspend"):
-            return _suspended_state(owner, now)
-        status = owner.get("status") or {}
-        if status.get("active"):
-            return "Running" if status.get("ready", 0) else "Pending"
-        return "Pending"
-
-    def templates(self, owner: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        return [(TRAINER, owner["spec"]["template"])]
-
-    def gpus(self, owner: dict[str, Any]) -> int:
-        spec = owner.get("spec") or {}
-        return pod_gpus(spec["template"]["spec"]) * int(spec.get("parallelism", 1) or 1)
-
-
-class JobSetOwner(OwnerKind):
-    """A run that is one JobSet named after it: the trainer and each server a replicated Job."""
-
-    kind = JOBSET
-
-    def name(self, run_name: str) -> str:
-        return run_name
-
-    def state(self, owner: dict[str, Any], now: datetime | None = None) -> str:
-        conditions = _true_conditions(owner)
-        if "Completed" in conditions:
-            return "Succeeded"
-        if "Failed" in conditions:
-            return "Failed"
-        if (owner.get("spec") or {}).get("suspend"):
-            return _suspended_state(owner, now)
-        statuses = (owner.get("status") or {}).get("replicatedJobsStatus") or []
-        trainer: dict[str, Any] = next((s for s in statuses if s.get("name") == TRAINER), {})
-        return "Running" if int(trainer.get("ready", 0)) else "Pending"
-
-    def templates(self, owner: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        replicated = (owner.get("spec") or {}).get("replicatedJobs") or []
-        return [(job["name"], job["template"]["spec"]["template"]) for job in replicated]
-
-    def gpus(self, owner: dict[str, Any]) -> int:
-        total = 0
-        for replicated in (owner.get("spec") or {}).get("replicatedJobs") or []:
-            job_spec = replicated["template"]["spec"]
-            pods = int(job_spec.get("parallelism", 1)) * int(replicated.get("replicas", 1))
-            total += pod_gpus(job_spec["template"]["spec"]) * pods
-        return total
-
-
-#: Every owner kind, in the order a run is looked for by name (a Job run is the common case).
+#: The kinds that own a run's trainer, in the order a run is looked for by name (a Job run is the
+#: common case).
 OWNERS: dict[str, OwnerKind] = {JOB: JobOwner(), JOBSET: JobSetOwner()}
+#: Every workload kind, servers only (``--services``) included.
+KINDS: dict[str, WorkloadKind] = {**OWNERS, SERVICES_ONLY: ServersOnly()}
 
 
 def owner_kind(kind: str) -> OwnerKind:

@@ -129,7 +129,7 @@ def test_golden_trainer_job_is_first_owner_and_only_trainer_has_config_gpus(stem
     source = yaml.safe_load((CONFIGS / f"{stem}.yaml").read_text())
     plan = plan_for(framework, type_name, CONFIGS / f"{stem}.yaml", run_name=RUN)
     assert kinds_and_names(plan)[:2] == [("Job", f"{RUN}-trainer"), ("ConfigMap", f"{RUN}-config")]
-    assert plan.trainer_job == f"{RUN}-trainer"
+    assert plan.owner_name == f"{RUN}-trainer"
     trainer = container(plan.manifests[0], "trainer")
     gpus = str(source["gpu"])
     assert trainer["resources"]["requests"]["nvidia.com/gpu"] == gpus

@@ -47,7 +47,7 @@ def test_multi_node_run_on_a_jobset_cluster_is_one_jobset_that_owns_the_run(two_
         ("ConfigMap", f"{RUN}-config"),
         ("NetworkPolicy", f"{RUN}-network"),
     ]
-    assert two_node_gang.owner_kind == "JobSet" and two_node_gang.trainer_job == RUN
+    assert two_node_gang.owner_kind == "JobSet" and two_node_gang.owner_name == RUN
     trainer = _replicated(two_node_gang.manifests[0], "trainer")
     spec = trainer["template"]["spec"]
     assert trainer["replicas"] == 1
@@ -99,7 +99,7 @@ def test_grpo_with_a_queue_puts_trainer_and_servers_in_one_jobset(grpo_config):
     for replicated in jobset["spec"]["replicatedJobs"]:
         assert "kueue.x-k8s.io/queue-name" not in _pod(replicated)["metadata"]["labels"]
     assert plan.managed_suspend is False  # Kueue releases it
-    assert plan.gang_servers == ["server", "reward"]
+    assert plan.servers == [f"{RUN}-server", f"{RUN}-reward"]
     assert not [m for m in plan.manifests if m["kind"] in ("Deployment", "Job")]
 
 

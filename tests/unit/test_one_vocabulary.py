@@ -28,8 +28,8 @@ NOT_ROLES = {
     ("cli/app.py", "export"): "the command's name",
     ("cli/export.py", "export"): "the command's name",
     ("cli/artifacts.py", "reward"): "the `reward` metric a checkpoint logged",
-    ("render/plan.py", "trainer"): "the template variable holding the trainer pod's values",
-    ("render/plan.py", "keeper"): "the template variable holding the keeper's RBAC values",
+    ("render/run_pods.py", "trainer"): "the template variable holding the trainer pod's values",
+    ("render/run_pods.py", "keeper"): "the template variable holding the keeper's RBAC values",
 }
 
 

@@ -83,7 +83,7 @@ def test_a_local_run_needs_no_volume(tmp_path):
     path = write_config(tmp_path, {**SFT, "checkpoint_volume": None})
     loaded, training_type = builtin_registry().resolve_type("trl", "sft")
     plan = build_plan(RunRequest(loaded, training_type, load("trl", "sft", path), RUN, local=True))
-    assert plan.trainer_job and not _decisions(plan)
+    assert plan.owner_name and not _decisions(plan)
 
 
 def test_the_trainer_carries_its_run_identity_for_the_launcher(tmp_path):

@@ -19,8 +19,8 @@ def test_each_owner_is_named_found_and_counted_as_rendered(jobset):
     plan = plan_for("trl", "grpo", CONFIGS / "trl-grpo.yaml", sets=["queue=team-a"], nodes=2, jobset_available=jobset)
     strategy = owner_kind(plan.owner_kind)
     assert plan.workload.owner is strategy
-    assert strategy.name(plan.run_name) == plan.trainer_job
-    owner = next(m for m in plan.manifests if m["kind"] == plan.owner_kind and m["metadata"]["name"] == plan.trainer_job)
+    assert strategy.name(plan.run_name) == plan.owner_name
+    owner = next(m for m in plan.manifests if m["kind"] == plan.owner_kind and m["metadata"]["name"] == plan.owner_name)
     roles = [role for role, _ in strategy.templates(owner)]
     assert roles[0] == TRAINER
     assert (len(roles) > 1) is jobset  # the servers are in the JobSet, else in Deployments

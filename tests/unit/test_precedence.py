@@ -108,7 +108,7 @@ def test_pull_flag_sets_policy_and_never_reaches_configmap(cfg):
 def test_services_only_never_reaches_configmap_and_configmap_owns(tmp_path):
     path = write_config(tmp_path, {**BASE, "services": {"server": {"gpu": 1}}})
     plan = plan_for("trl", "grpo", path, services_only=True)
-    assert plan.trainer_job is None
+    assert plan.owner_name is None
     assert [m["kind"] for m in plan.manifests] == [
         "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "NetworkPolicy", "Deployment", "Service"
     ]  # fmt: skip

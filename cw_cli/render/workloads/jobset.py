@@ -10,14 +10,21 @@ the same either way. What changes is who owns the lifecycle:
   checkpoint; a Job failed by a disruption (preemption, node drain) restarts it without counting;
 * Kueue admits the JobSet as one Workload, one pod set per replicated Job: trainer and servers
   take their quota together or wait together.
+
+See :mod:`cw_cli.render.workloads.base` for the contract a kind answers.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
-from cw_cli.labels import TRAINER
+from cw_cli.labels import COMPONENT_LABEL, KUEUE_QUEUE_LABEL, TRAINER
+from cw_cli.render.workloads.base import Layout, Parts, WorkloadKind, pod_gpus, suspended_state, true_conditions
+
+if TYPE_CHECKING:
+    from cw_cli.diagnosis.explanation import Explanation, FrameworkLookup
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 GROUP_VERSION_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
@@ -101,3 +108,70 @@ def gang(
 def child_job_name(jobset_name: str, replicated_job: str, index: int = 0) -> str:
     """Name JobSet gives the ``index``-th Job of a replicated Job."""
     return f"{jobset_name}-{replicated_job}-{index}"
+
+
+class JobSetOwner(WorkloadKind):
+    """A run that is one JobSet named after it: the trainer and each server a replicated Job."""
+
+    kind = "JobSet"
+    server_keeper = False  # the JobSet ends its servers' Jobs when the trainer's succeeds
+    add_on = True
+
+    def master_address(self, run_name: str, names: dict[str, str]) -> str:
+        return trainer_address(run_name)
+
+    def layout(self, parts: Parts) -> Layout:
+        if parts.trainer is None:
+            raise ValueError("a JobSet run has a trainer")
+        labels = {**parts.labels, COMPONENT_LABEL: TRAINER}
+        if parts.queue:
+            labels[KUEUE_QUEUE_LABEL] = parts.queue
+        servers = [(server.role, _without_account(server.deployment)) for server in parts.servers]
+        jobset = gang(parts.run_name, labels, parts.trainer, servers, parts.max_restarts)
+        # JobSet's own headless Service names the pods; the servers keep their Services.
+        manifests = [jobset, parts.configmap, parts.network_policy, *(server.service for server in parts.servers)]
+        return Layout(manifests, self.name(parts.run_name), [server.name for server in parts.servers])
+
+    def name(self, run_name: str) -> str:
+        return run_name
+
+    def state(self, owner: dict[str, Any], now: datetime | None = None) -> str:
+        conditions = true_conditions(owner)
+        if "Completed" in conditions:
+            return "Succeeded"
+        if "Failed" in conditions:
+            return "Failed"
+        if (owner.get("spec") or {}).get("suspend"):
+            return suspended_state(owner, now)
+        statuses = (owner.get("status") or {}).get("replicatedJobsStatus") or []
+        trainer: dict[str, Any] = next((s for s in statuses if s.get("name") == TRAINER), {})
+        return "Running" if int(trainer.get("ready", 0)) else "Pending"
+
+    def templates(self, owner: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        replicated = (owner.get("spec") or {}).get("replicatedJobs") or []
+        return [(job["name"], job["template"]["spec"]["template"]) for job in replicated]
+
+    def gpus(self, owner: dict[str, Any]) -> int:
+        total = 0
+        for replicated in (owner.get("spec") or {}).get("replicatedJobs") or []:
+            job_spec = replicated["template"]["spec"]
+            pods = int(job_spec.get("parallelism", 1)) * int(replicated.get("replicas", 1))
+            total += pod_gpus(job_spec["template"]["spec"]) * pods
+        return total
+
+    def restarts(self, owner: dict[str, Any]) -> int | None:
+        return int((owner.get("status") or {}).get("restarts", 0))
+
+    def failure(self, owner: dict[str, Any], frameworks: FrameworkLookup | None = None) -> list[Explanation]:
+        from cw_cli.diagnosis.owners import jobset_failure
+
+        return jobset_failure(owner, frameworks)
+
+
+def _without_account(deployment: dict[str, Any]) -> dict[str, Any]:
+    """A server's Deployment whose pods use the namespace's default account (no keeper to run as),
+    unless the run names its own (the template then wrote it)."""
+    spec = deployment["spec"]["template"]["spec"]
+    if spec.get("serviceAccountName") is None:
+        spec.pop("serviceAccountName", None)
+    return deployment
