@@ -170,6 +170,9 @@ class Frames:
     """
 
     _READ = 1 << 20
+    #: The largest frame or message taken (the API server sends an exec's output in pieces of
+    #: 32 KiB); a header claiming more is garbled, and reading it would allocate its claimed size.
+    MAX_MESSAGE = 16 << 20
 
     def __init__(self, socket_: Any) -> None:
         self._socket = socket_
@@ -177,6 +180,7 @@ class Frames:
         self._buffer = bytearray()
         self._start = 0  # bytes before it belong to frames already returned
         self._pieces: list[bytes] = []  # a fragmented message's frames so far
+        self._pieces_size = 0
 
     def buffered(self) -> bool:
         """Whether a whole frame may already be here (select() on the socket cannot tell)."""
@@ -208,9 +212,12 @@ class Frames:
                 raise _Malformed(f"a frame of opcode {opcode}, not a binary channel message")
             if not first & 0x80:  # more frames of this message follow
                 self._pieces.append(payload)
+                self._pieces_size += len(payload)
+                if self._pieces_size > self.MAX_MESSAGE:
+                    raise _Malformed(f"a message of more than {self.MAX_MESSAGE >> 20} MiB")
                 continue
             if self._pieces:
-                payload, self._pieces = b"".join([*self._pieces, payload]), []
+                payload, self._pieces, self._pieces_size = b"".join([*self._pieces, payload]), [], 0
             return memoryview(payload)
 
     def _frame(self) -> tuple[int, bytes] | None:
@@ -228,6 +235,8 @@ class Frames:
                 if here >= header:
                     if size >= 126:
                         size = int.from_bytes(self._buffer[self._start + 2 : self._start + header], "big")
+                    if size > self.MAX_MESSAGE:
+                        raise _Malformed(f"a frame of {size} bytes (cw takes {self.MAX_MESSAGE >> 20} MiB at most)")
                     need = header + size
                     if here >= need:
                         first = self._buffer[self._start]

@@ -151,3 +151,20 @@ def test_well_formed_messages_arrive_as_sent_however_the_bytes_are_cut(messages,
     while (message := frames.next_message()) is not None:
         got.append(bytes(message))
     assert got == messages
+
+
+@pytest.mark.parametrize("header", [
+    b"\x00\x7f\x00\x00\x00\x06\x00\x00\x00\x00",  # 24 GiB: hypothesis's find, a MemoryError before
+    b"\x82\x7f\x7f\xff\xff\xff\xff\xff\xff\xff",  # 2^63 - 1 bytes
+    b"\x82\x7f" + struct.pack(">Q", channels.Frames.MAX_MESSAGE + 1),
+])  # fmt: skip
+def test_a_frame_claiming_more_than_cw_takes_is_a_broken_stream_without_reading_it(header):
+    with pytest.raises(channels.StreamBroken, match="a frame of [0-9]+ bytes"):
+        channels.exec_in_pod(_Kube(_serve(header, close=False)), "p", "c", ["true"], timeout_s=10)  # type: ignore[arg-type]
+
+
+def test_a_fragmented_message_past_the_bound_is_a_broken_stream():
+    piece = b"\x01" + b"x" * (1 << 20)
+    data = b"".join(frame(piece, opcode=0 if i else 2, fin=False) for i in range(17))
+    with pytest.raises(channels.StreamBroken, match="a message of more than 16 MiB"):
+        channels.exec_in_pod(_Kube(_serve(data, close=False)), "p", "c", ["true"], timeout_s=10)  # type: ignore[arg-type]
