@@ -16,15 +16,7 @@ from typing import Any
 import yaml
 from msgspec import Struct, field
 
-from cw_cli.config.yaml_checks import (
-    KeyPath,
-    check_nodes,
-    parse_scalar,
-    short,
-    value_at,
-    yaml11_number,
-    yaml11_numbers,
-)
+from cw_cli.config.yaml_checks import KeyPath, check_nodes, parse_scalar, short, value_at, yaml11_number, yaml11_numbers
 from cw_cli.config.yaml_loader import MAX_ALIASES, MAX_DEPTH, MAX_NODES, TAG, LimitExceeded, compose, construct
 from cw_cli.errors import ConfigError
 

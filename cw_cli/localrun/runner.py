@@ -32,19 +32,8 @@ from typing import Any
 import yaml
 from msgspec import Struct, field
 
-from cw_cli.localrun.pod_view import (
-    CONFIG_KEY,
-    LocalRunError,
-    apply_overrides,
-    configmap_files,
-    container_command,
-    container_env,
-    expand_vars,
-    find_trainer,
-    map_paths,
-    mount_table,
-    pod_spec,
-)
+from cw_cli.localrun import pod_view
+from cw_cli.localrun.pod_view import LocalRunError, configmap_files, container_env, expand_vars, map_paths
 
 __all__ = [
     "LocalRun", "LocalRunError", "LocalRunner", "check_installed", "configmap_files", "container_env", "expand_vars",
@@ -156,7 +145,7 @@ class LocalRun(Struct):
 
     @property
     def config_file(self) -> Path:
-        return self.config_dir / CONFIG_KEY
+        return self.config_dir / pod_view.CONFIG_KEY
 
 
 def _refuse_several_nodes(job: Mapping[str, Any]) -> None:
@@ -184,8 +173,8 @@ def _write_config_files(
             path.write_bytes(content)
         else:
             text = map_paths(content, mounts)
-            if relative == CONFIG_KEY:
-                text = apply_overrides(text, overrides)
+            if relative == pod_view.CONFIG_KEY:
+                text = pod_view.apply_overrides(text, overrides)
             path.write_text(text, encoding="utf-8")
         files[relative] = path
     return files
@@ -239,13 +228,13 @@ class LocalRunner:
         """Write the ConfigMap files and compute command, environment and mounts (idempotent)."""
         if self._prepared is not None:
             return self._prepared
-        job, container = find_trainer(self.manifests)
+        job, container = pod_view.find_trainer(self.manifests)
         _refuse_several_nodes(job)
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="cw-local-"))
         config_dir = self.workdir / "etc-cw"
         scratch = self.workdir / "mounts"
-        mounts, data = mount_table(job, container, self.manifests, config_dir, self.checkpoint_dir, scratch)
+        mounts, data = pod_view.mount_table(job, container, self.manifests, config_dir, self.checkpoint_dir, scratch)
         for local in mounts.values():
             local.mkdir(parents=True, exist_ok=True)
         files = _write_config_files(data, config_dir, mounts, self.config_overrides)
@@ -253,7 +242,7 @@ class LocalRunner:
         cenv = {k: map_paths(v, mounts) for k, v in cenv.items()}
         env = self._environment(cenv)
         kube_env = {**cenv, **self.extra_env}  # the kubelet expands $(VAR) from the container's env only
-        command = [map_paths(expand_vars(arg, kube_env), mounts) for arg in container_command(container)]
+        command = [map_paths(expand_vars(arg, kube_env), mounts) for arg in pod_view.container_command(container)]
         command[0] = resolve_executable(command[0], self.python)
         check_installed(command, env.get("PATH", ""), self.python)
         cwd = Path(container["workingDir"]) if container.get("workingDir") else self.workdir
@@ -333,7 +322,7 @@ class LocalRunner:
         pod's terminationGracePeriodSeconds, the time cw_entrypoint needs to save a checkpoint)."""
         proc = self.process
         if timeout is None:
-            timeout = float(pod_spec(find_trainer(self.manifests)[0]).get("terminationGracePeriodSeconds", 10))
+            timeout = float(pod_view.pod_spec(pod_view.find_trainer(self.manifests)[0]).get("terminationGracePeriodSeconds", 10))
         if proc is None or proc.poll() is not None:
             return proc.returncode if proc else None
         for sig in (signal.SIGTERM, signal.SIGKILL):
