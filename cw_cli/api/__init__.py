@@ -15,7 +15,9 @@ A notebook or a script::
 Offline, :func:`plan` renders without a cluster (what ``--dry-run`` prints). Every error is a
 :class:`cw_cli.errors.CwError` subclass (``ConfigError``, ``NotFound``, ``Conflict``, ``RunFailed``,
 ...), each carrying the exit code the CLI uses. Nothing here prints: progress goes to an optional
-callback.
+callback. A launch's options are one structure, :class:`LaunchOptions` (the flags of ``cw
+FRAMEWORK TYPE``), taken by :func:`plan`, :func:`plan_sweep` and :func:`estimate` as an argument
+or as keywords of the same names; how a run's memory is estimated is :class:`EstimateOptions`.
 
 One module per job: :mod:`~cw_cli.api.planning` (a config to a :class:`PlannedRun`),
 :mod:`~cw_cli.api.memory` (the estimate and the refusal), :mod:`~cw_cli.api.sweeps`,
@@ -36,14 +38,14 @@ from cw_cli.api.planning import (
     has_sweep,
     plan,
     read_config,
-    set_assignments,
 )
 from cw_cli.api.run import Run
 from cw_cli.api.session import Session
 from cw_cli.api.sweeps import SWEEP_PARALLEL, PlannedSweep, plan_sweep
+from cw_cli.config.options import EstimateOptions, LaunchOptions, set_assignments
 
 __all__ = [
-    "DICT_CONFIG_NAME", "DRY_RUN_PROBE_TIMEOUT", "SWEEP_PARALLEL", "Export", "PlannedRun", "PlannedSweep", "Progress",
-    "Run", "Session", "WontFit", "estimate", "estimate_run", "has_sweep", "plan", "plan_sweep", "read_config",
-    "refusal_lines", "set_assignments",
+    "DICT_CONFIG_NAME", "DRY_RUN_PROBE_TIMEOUT", "SWEEP_PARALLEL", "EstimateOptions", "Export", "LaunchOptions",
+    "PlannedRun", "PlannedSweep", "Progress", "Run", "Session", "WontFit", "estimate", "estimate_run", "has_sweep",
+    "plan", "plan_sweep", "read_config", "refusal_lines", "set_assignments",
 ]  # fmt: skip

@@ -6,14 +6,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cw_cli.api.planning import DICT_CONFIG_NAME, PlannedRun, _registry, set_assignments
+from cw_cli.api.planning import PlannedRun, _registry, load_config
+from cw_cli.config.options import EstimateOptions, LaunchOptions, split_options
 from cw_cli.errors import ConfigError
 from cw_cli.labels import TRAINER
 
 if TYPE_CHECKING:
     from cw_cli.config.yaml_source import YamlSource
-    from cw_cli.estimate.from_config import RunEstimate
+    from cw_cli.estimate.from_config import DescribesTraining, RunEstimate
     from cw_cli.frameworks.registry import FrameworkRegistry
+    from cw_cli.types import RunConfig, TrainingType
 
 
 class WontFit(ConfigError):
@@ -72,83 +74,68 @@ def refusal_lines(estimate: RunEstimate) -> list[str]:
 
 def estimate_run(
     planned: PlannedRun,
+    options: EstimateOptions | None = None,
     *,
-    gpu_memory: str | int | None = None,
     nodes: Callable[[], list[dict[str, Any]]] | None = None,
-    hub: bool = False,
-    suggest: bool = True,
-    allow_meta_device: bool = True,
+    **choices: Any,
 ) -> RunEstimate:
     """The memory estimate of a planned run, as ``cw estimate`` prints it (see docs/estimate.md).
 
     Args:
-        planned: What :func:`plan` returned.
-        gpu_memory: One GPU's memory (``--gpu-memory``); else the config's ``gpu_memory`` or
-            ``gpu_type``, else ``nodes``.
+        planned: What :func:`~cw_cli.api.plan` returned.
+        options: How to estimate (:class:`~cw_cli.config.options.EstimateOptions`: ``gpu_memory``,
+            ``hub``, ``suggest``, ``allow_meta_device``).
         nodes: Lists the cluster's nodes (their GPU labels); None never asks (offline).
-        hub: Allow downloading the model's config.json from the hub when it is not local.
-        suggest: Compute the changes that would fit when something does not.
-        allow_meta_device: Count an unknown architecture with transformers (slow).
+        **choices: Fields of ``options`` as keywords (``gpu_memory="80GB"``), over ``options``.
 
     Raises:
         ConfigError: ``gpu_memory`` is not a memory size.
     """
-    from cw_cli.estimate.from_config import estimate_run as estimate
-
     request = planned.request
-    try:
-        return estimate(
-            request.framework.framework, request.training_type, request.config.native, request.config.cluster,
-            request.config.path.parent, gpu_memory=gpu_memory, nodes=nodes, hub=hub, suggest=suggest,
-            services_only=request.services_only, allow_meta_device=allow_meta_device,
-        )  # fmt: skip
-    except ValueError as exc:
-        raise ConfigError([f"--gpu-memory {gpu_memory!r}: {exc}"], hint="e.g. --gpu-memory 80GB") from None
+    how = (options or EstimateOptions()).with_(**choices)
+    return _estimate(request.framework.framework, request.training_type, request.config, how, nodes,
+                     services_only=request.services_only)  # fmt: skip
 
 
 def estimate(
-    config: str | Path | Mapping[str, Any] | YamlSource,
-    framework: str,
-    training_type: str,
-    *,
-    gpu: int | None = None,
-    cpu: str | None = None,
-    memory: str | None = None,
-    image: str | None = None,
-    nodes: int | None = None,
-    set: Mapping[str, Any] | list[str] | None = None,  # noqa: A002 - the CLI's --set
-    registry: FrameworkRegistry | None = None,
-    base_dir: Path | None = None,
-    gpu_memory: str | int | None = None,
-    list_nodes: Callable[[], list[dict[str, Any]]] | None = None,
-    hub: bool = False,
-    suggest: bool = True,
-    allow_meta_device: bool = True,
-) -> RunEstimate:
+    config: str | Path | Mapping[str, Any] | YamlSource, framework: str, training_type: str,
+    options: LaunchOptions | None = None, how: EstimateOptions | None = None, *,
+    registry: FrameworkRegistry | None = None, base_dir: Path | None = None,
+    list_nodes: Callable[[], list[dict[str, Any]]] | None = None, **flags: Any,
+) -> RunEstimate:  # fmt: skip
     """A config's memory estimate, as ``cw estimate`` prints it, without what only a launch needs.
 
     The config is validated as for a launch, except for what the pods alone need: a
-    ``checkpoint_volume`` and the Secrets its settings need. Options are :func:`plan`'s and
-    :func:`estimate_run`'s (``list_nodes`` lists the cluster's nodes; None never asks).
+    ``checkpoint_volume`` and the Secrets its settings need.
+
+    Args:
+        config: As for :func:`~cw_cli.api.plan`.
+        framework: The framework.
+        training_type: Its training type.
+        options: The launch's options, as for :func:`~cw_cli.api.plan` (its sizing fields count).
+        how: How to estimate, as for :func:`estimate_run`.
+        registry: Frameworks to pick from.
+        base_dir: As for :func:`~cw_cli.api.plan`.
+        list_nodes: Lists the cluster's nodes; None never asks.
+        **flags: Fields of ``options`` or ``how`` as keywords (``gpu=2, gpu_memory="80GB"``).
 
     Raises:
         ConfigError: Every problem of the config, or ``gpu_memory`` is not a memory size.
     """
-    from cw_cli.config.loader import FlagOverrides, load_run_config
-    from cw_cli.config.yaml_source import YamlSource
+    options, how = split_options(options, how, flags)
+    loaded, kind = (registry or _registry()).resolve_type(framework, training_type)
+    run_config = load_config(config, loaded, kind, options, base_dir, launch=False)
+    return _estimate(loaded.framework, kind, run_config, how, list_nodes, services_only=False)
+
+
+def _estimate(
+    framework: DescribesTraining, kind: TrainingType, run_config: RunConfig, how: EstimateOptions,
+    nodes: Callable[[], list[dict[str, Any]]] | None, *, services_only: bool,
+) -> RunEstimate:  # fmt: skip
     from cw_cli.estimate.from_config import estimate_run as estimate_config
 
-    loaded, kind = (registry or _registry()).resolve_type(framework, training_type)
-    flags = FlagOverrides(gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes)
-    if isinstance(config, Mapping):
-        config = YamlSource(path=(base_dir or Path.cwd()) / DICT_CONFIG_NAME, data=dict(config))
-    source = config if isinstance(config, YamlSource) else None
-    path = config.path if isinstance(config, YamlSource) else Path(config)
-    run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, source=source, launch=False)
     try:
-        return estimate_config(
-            loaded.framework, kind, run_config.native, run_config.cluster, path.parent, gpu_memory=gpu_memory,
-            nodes=list_nodes, hub=hub, suggest=suggest, allow_meta_device=allow_meta_device,
-        )  # fmt: skip
+        return estimate_config(framework, kind, run_config.native, run_config.cluster, run_config.path.parent, how,
+                               nodes=nodes, services_only=services_only)  # fmt: skip
     except ValueError as exc:
-        raise ConfigError([f"--gpu-memory {gpu_memory!r}: {exc}"], hint="e.g. --gpu-memory 80GB") from None
+        raise ConfigError([f"--gpu-memory {how.gpu_memory!r}: {exc}"], hint="e.g. --gpu-memory 80GB") from None

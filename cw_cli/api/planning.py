@@ -11,21 +11,22 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
+from cw_cli.config.options import LaunchOptions, launch_options
 from cw_cli.errors import ClusterUnreachable, ConfigError, CwError
 
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a call needs the cluster
     from cw_cli.client.connection import Kube
     from cw_cli.config.models import ClusterSpec
     from cw_cli.config.yaml_source import YamlSource
-    from cw_cli.frameworks.registry import FrameworkRegistry
+    from cw_cli.frameworks.registry import FrameworkRegistry, LoadedFramework
     from cw_cli.render.plan import Plan, RunRequest
     from cw_cli.render.workload import ClusterFacts
+    from cw_cli.types import RunConfig, TrainingType
 
 Progress = Callable[[str], None]
 #: A config given as a mapping is read as if it were a file in this folder (relative paths in it,
 #: e.g. ``files:``, resolve from there); messages name it like this.
 DICT_CONFIG_NAME = "<config mapping>"
-#: Runs of a sweep created at once: enough to hide request latency, few enough for the API
 
 def _quiet(_: str) -> None:
     return None
@@ -37,7 +38,7 @@ class PlannedRun(Struct):
     Attributes:
         plan: The manifests and what the launch must wait for.
         request: What the plan was made from, including the cluster facts its workload was
-            chosen with (kept to plan again where those facts were not asked).
+            chosen with.
     """
 
     plan: Plan
@@ -72,21 +73,6 @@ class PlannedRun(Struct):
         return self.plan.to_yaml()
 
 
-def set_assignments(values: Mapping[str, Any] | list[str] | None) -> list[str]:
-    """``--set`` assignments from a mapping (dotted keys nest; values keep their types) or a list."""
-    if values is None:
-        return []
-    if isinstance(values, Mapping):
-        bad = [str(key) for key in values if not isinstance(key, str) or "=" in key or not key.strip()]
-        if bad:
-            raise ConfigError([f"override key {key!r}: expected a config key such as learning_rate or a.b" for key in bad])
-        # JSON is YAML: the loader parses each value back to the same type.
-        import json  # only here: `cw status`, `list` and `logs` import this module and need no json
-
-        return [f"{key}={json.dumps(value)}" for key, value in values.items()]
-    return list(values)
-
-
 def _unasked(request: RunRequest) -> tuple[str, ...]:
     """The APIs the request's workload depends on that its facts do not answer."""
     from cw_cli.render.workload import apis_to_ask
@@ -105,7 +91,6 @@ def _ask_cluster(kube: Kube, apis: tuple[str, ...], timeout: tuple[float, float]
 #: (connect, read) seconds for a dry run's discovery reads: a dry run must not hang on a cluster
 #: that is down; a launch waits as long as any request.
 DRY_RUN_PROBE_TIMEOUT = (3.0, 5.0)
-
 
 
 def _registry() -> FrameworkRegistry:
@@ -136,26 +121,14 @@ def plan(
     config: str | Path | Mapping[str, Any] | YamlSource,
     framework: str,
     training_type: str,
+    options: LaunchOptions | None = None,
     *,
-    name: str | None = None,
-    namespace: str | None = None,
-    gpu: int | None = None,
-    cpu: str | None = None,
-    memory: str | None = None,
-    image: str | None = None,
-    nodes: int | None = None,
-    pull: bool | None = None,
-    set: Mapping[str, Any] | list[str] | None = None,  # noqa: A002 - the CLI's --set
-    services: bool = False,
-    ttl: str | None = None,
-    timeout: float | None = None,
-    resume: bool = False,
-    local: bool = False,
     registry: FrameworkRegistry | None = None,
     connect: Callable[[], Kube] | None = None,
     if_reachable: bool = False,
     base_dir: Path | None = None,
     sweep: str | None = None,
+    **flags: Any,
 ) -> PlannedRun:
     """Validate a config and render its run, as ``cw FRAMEWORK TYPE CONFIG --dry-run`` does.
 
@@ -164,22 +137,8 @@ def plan(
             :func:`read_config`.
         framework: A framework of the registry (``trl``, ``axolotl``, ``verifiers``, a plugin).
         training_type: Its training type (``sft``, ``dpo``, ``grpo``, ...).
-        name: Run name; default generated and unique.
-        namespace: Written into the manifests (None leaves it to the cluster).
-        gpu: GPUs per trainer node (``--gpu``).
-        cpu: CPU per trainer pod (``--cpu``).
-        memory: Memory per trainer pod (``--memory``).
-        image: Trainer image (``--image``).
-        nodes: Trainer nodes (``--nodes``).
-        pull: Always pull the image (``--pull``).
-        set: Overrides of any config key (``--set``): a mapping ``{"learning_rate": 2e-5}``
-            (dotted keys nest) or ``["key=value", ...]``.
-        services: Only the servers (``--services``; needs ``ttl``).
-        ttl: The servers' lifetime with ``services``, e.g. ``"6h"``.
-        timeout: Seconds the trainer waits for its servers (``--timeout``).
-        resume: Continue the run folder's checkpoints under a changed config (``--resume``).
-        local: Plan for a local trainer process (``--local``): the files the config names are
-            used in place, and the variables a setting needs may come from this environment.
+        options: The launch's options (:class:`~cw_cli.config.options.LaunchOptions`: ``gpu``,
+            ``nodes``, ``set``, ``name``, ``namespace``, ``services``, ...).
         registry: Frameworks to pick from (default: built-in and plugins).
         connect: Gives the connection: the run's workload (Job or JobSet, Kueue-queued) is
             chosen once, with what the cluster serves where the config depends on it (a
@@ -190,7 +149,9 @@ def plan(
             offline plan with a note instead of an error, and the discovery reads time out
             quickly (what ``--dry-run`` does).
         base_dir: With a mapping: the folder its relative paths resolve from (default: cwd).
-        sweep: The sweep the run belongs to (see :func:`plan_sweep`).
+        sweep: The sweep the run belongs to (see :func:`~cw_cli.api.plan_sweep`).
+        **flags: Fields of ``options`` as keywords (``gpu=4, set={"learning_rate": 2e-5}``),
+            over ``options``.
 
     Returns:
         The planned run.
@@ -198,51 +159,93 @@ def plan(
     Raises:
         ConfigError: Every problem of the config, naming the file, the field and a fix.
     """
-    from cw_cli.config.loader import FlagOverrides, load_run_config
-    from cw_cli.config.quantity import MAX_DURATION_S, parse_duration
-    from cw_cli.config.yaml_source import YamlSource
     from cw_cli.render.naming import generate_run_name, validate_run_name
-    from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S, RunRequest, build_plan
+    from cw_cli.render.plan import build_plan
 
+    options = launch_options(options, flags)
     loaded, kind = (registry or _registry()).resolve_type(framework, training_type)
-    flags = FlagOverrides(gpu=gpu, cpu=cpu, memory=memory, image=image, nodes=nodes, pull=pull or None)
-    host_env = os.environ if local else None  # a local trainer inherits this environment
+    run_config = load_config(config, loaded, kind, options, base_dir)
+    _check_timeout(options.timeout)
+    # `--name ""` is a mistake to report, not a request for a generated name.
+    run_name = validate_run_name(options.name) if options.name is not None else (
+        generate_run_name(framework, kind.value, run_config.path.stem))  # fmt: skip
+    facts, unreachable = _facts_for(run_config.cluster, options.services, options.local, connect, if_reachable)
+    request = _request(loaded, kind, run_config, run_name, options, facts, sweep)
+    rendered = build_plan(request)  # the only rendering: the printed plan is the applied one
+    if unreachable is not None:
+        raise unreachable  # only now: every config problem is reported before the network's
+    if connect is not None and not options.local and not if_reachable:
+        connect()  # a launch needs it next anyway: a missing kubeconfig fails here
+    return PlannedRun(rendered, request)
+
+
+def config_source(config: str | Path | Mapping[str, Any] | YamlSource, base_dir: Path | None) -> tuple[Path, YamlSource | None]:
+    """A config argument as (its path, what was read of it; None for a file not read yet).
+
+    A mapping is read as if it were a file named :data:`DICT_CONFIG_NAME` in ``base_dir``.
+    """
+    from cw_cli.config.yaml_source import YamlSource
+
     if isinstance(config, YamlSource):  # read once (a sweep's runs, the CLI)
-        path = config.path
-        run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, source=config, host_env=host_env)
-    elif isinstance(config, Mapping):
+        return config.path, config
+    if isinstance(config, Mapping):
         path = (base_dir or Path.cwd()) / DICT_CONFIG_NAME
-        source = YamlSource(path=path, data=dict(config))
-        run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, source=source, host_env=host_env)
-    else:
-        path = Path(config)
-        run_config = load_run_config(path, loaded.framework, kind, set_assignments(set), flags, host_env=host_env)
+        return path, YamlSource(path=path, data=dict(config))
+    return Path(config), None
+
+
+def load_config(
+    config: str | Path | Mapping[str, Any] | YamlSource, loaded: LoadedFramework, kind: TrainingType,
+    options: LaunchOptions, base_dir: Path | None, *, launch: bool = True,
+) -> RunConfig:  # fmt: skip
+    """The run's validated config: the file (or mapping) with ``set`` and the sizing flags applied.
+
+    Args:
+        launch: False for an estimate: a checkpoint volume and the pods' Secrets are not needed.
+
+    Raises:
+        ConfigError: Every problem of the config.
+    """
+    from cw_cli.config.loader import FlagOverrides, load_run_config
+
+    path, source = config_source(config, base_dir)
+    flags = FlagOverrides(gpu=options.gpu, cpu=options.cpu, memory=options.memory, image=options.image,
+                          nodes=options.nodes, pull=options.pull or None)  # fmt: skip
+    host_env = os.environ if options.local else None  # a local trainer inherits this environment
+    return load_run_config(path, loaded.framework, kind, options.assignments(), flags, source=source,
+                           host_env=host_env, launch=launch)  # fmt: skip
+
+
+def _check_timeout(timeout: float | None) -> None:
+    from cw_cli.config.quantity import MAX_DURATION_S
+
     if timeout is not None and not (0 < timeout <= MAX_DURATION_S):
         raise ConfigError([f"--timeout {timeout:g}: expected a positive number of seconds, at most a year"],
                           hint="e.g. --timeout 3600")  # fmt: skip
-    # `--name ""` is a mistake to report, not a request for a generated name.
-    run_name = validate_run_name(name) if name is not None else generate_run_name(framework, kind.value, path.stem)
-    facts, unreachable = _facts_for(run_config.cluster, services, local, connect, if_reachable)
-    request = RunRequest(
+
+
+def _request(
+    loaded: LoadedFramework, kind: TrainingType, run_config: RunConfig, run_name: str, options: LaunchOptions,
+    facts: ClusterFacts, sweep: str | None,
+) -> RunRequest:  # fmt: skip
+    """What the plan is rendered from."""
+    from cw_cli.config.quantity import parse_duration
+    from cw_cli.render.plan import DEFAULT_SERVICES_TIMEOUT_S, RunRequest
+
+    return RunRequest(
         loaded,
         kind,
         run_config,
         run_name,
-        namespace=namespace,
-        services_only=services,
-        local=local,
-        services_lifetime_s=parse_duration(ttl, "--ttl") if ttl else None,
-        services_timeout_s=int(math.ceil(timeout)) if timeout else DEFAULT_SERVICES_TIMEOUT_S,
-        resume_changed_config=resume,
+        namespace=options.namespace,
+        services_only=options.services,
+        local=options.local,
+        services_lifetime_s=parse_duration(options.ttl, "--ttl") if options.ttl else None,
+        services_timeout_s=int(math.ceil(options.timeout)) if options.timeout else DEFAULT_SERVICES_TIMEOUT_S,
+        resume_changed_config=options.resume,
         facts=facts,
         sweep=sweep,
     )
-    rendered = build_plan(request)  # the only rendering: the printed plan is the applied one
-    if unreachable is not None:
-        raise unreachable  # only now: every config problem is reported before the network's
-    if connect is not None and not local and not if_reachable:
-        connect()  # a launch needs it next anyway: a missing kubeconfig fails here
-    return PlannedRun(rendered, request)
 
 
 def _facts_for(

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from cw_cli.api import sweeps
 from cw_cli.api.memory import WontFit, estimate_run
-from cw_cli.api.planning import PlannedRun, Progress, _ask_cluster, _quiet, _registry, _unasked, plan
+from cw_cli.api.planning import PlannedRun, Progress, _quiet, _registry, plan
 from cw_cli.api.run import Run
 from cw_cli.api.sweeps import SWEEP_PARALLEL, PlannedSweep, plan_sweep
+from cw_cli.config.options import EstimateOptions, LaunchOptions
+from cw_cli.errors import ConfigError
 
 if TYPE_CHECKING:
     from cw_cli.client.connection import Kube
@@ -70,10 +72,12 @@ class Session:
         return self._registry
 
     def plan(
-        self, config: str | Path | Mapping[str, Any] | YamlSource, framework: str, training_type: str, **options: Any
-    ) -> PlannedRun:
-        """:func:`plan` with this session's registry and the cluster's facts (see there for options)."""
-        return plan(config, framework, training_type, registry=self.registry, connect=lambda: self.kube, **options)
+        self, config: str | Path | Mapping[str, Any] | YamlSource, framework: str, training_type: str,
+        options: LaunchOptions | None = None, **flags: Any,
+    ) -> PlannedRun:  # fmt: skip
+        """:func:`~cw_cli.api.plan` with this session's registry and the cluster's facts (see there
+        for the options and ``if_reachable``)."""
+        return plan(config, framework, training_type, options, registry=self.registry, connect=lambda: self.kube, **flags)
 
     def nodes(self) -> list[dict[str, Any]]:
         """The cluster's nodes (read once per session): their GPU labels size the memory check.
@@ -107,11 +111,12 @@ class Session:
         Raises:
             WontFit: A role needs more than its GPU even within the estimate's error band.
         """
+        quick = EstimateOptions(gpu_memory=gpu_memory, suggest=False, allow_meta_device=False)
         if planned.request.local:
-            return estimate_run(planned, gpu_memory=gpu_memory, suggest=False, allow_meta_device=False)
-        result = estimate_run(planned, gpu_memory=gpu_memory, nodes=self.nodes, suggest=False, allow_meta_device=False)
+            return estimate_run(planned, quick)
+        result = estimate_run(planned, quick, nodes=self.nodes)
         if result.clearly_too_big and not force and not dry_run:
-            result = estimate_run(planned, gpu_memory=gpu_memory, nodes=self.nodes, allow_meta_device=False)
+            result = estimate_run(planned, quick.with_(suggest=True), nodes=self.nodes)  # with the changes that fit
             request = planned.request
             shown = command or f"cw estimate {request.framework.name} {request.training_type.value} {request.config.path}"
             raise WontFit(result, planned.name, shown)
@@ -133,9 +138,10 @@ class Session:
     ) -> Run:
         """Create a planned run on the cluster, all or nothing (see :func:`cw_cli.k8s.submit.launch`).
 
-        A plan made offline whose workload depends on the cluster (a multi-node or queued run)
-        is made again with the cluster's facts first (it may become a JobSet), and ``progress``
-        says so; plan with :meth:`plan` to submit exactly what was printed.
+        What is created is ``planned.plan`` itself, the plan :meth:`plan` rendered (and
+        ``--dry-run`` printed): nothing is rendered again here. A plan made without asking the
+        cluster what its workload depends on (``api.plan`` without a connection, for a multi-node
+        or queued run) is refused instead of being made again: plan it with :meth:`plan`.
 
         Args:
             planned: The run.
@@ -147,24 +153,23 @@ class Session:
             gpu_memory: One GPU's memory for the check (``--gpu-memory``).
 
         Raises:
+            ConfigError: The plan lacks the cluster's facts its workload depends on (nothing was created).
             WontFit: ``check_memory`` and the run clearly cannot fit (nothing was created).
             Conflict: A run of that name exists (nothing was created).
             NotFound: The namespace, a Secret or a claim the run names is missing.
             Interrupted: Ctrl-C or a termination signal; what was created is removed.
             CwError: Any other failure, after removing what was created.
         """
-        from msgspec.structs import replace
-
         from cw_cli.k8s.submit import launch
-        from cw_cli.render.plan import build_plan
 
+        if not planned.cluster_facts:
+            raise ConfigError(
+                [f"run {planned.name} was planned without asking the cluster what it serves, and its workload depends "
+                 "on it (a multi-node or queued run: a Job or a JobSet, queued by Kueue or not)"],
+                hint="plan it with Session.plan (as cw does) and submit that plan: submit never renders a plan again",
+            )  # fmt: skip
         if check_memory:
             self.check_memory(planned, gpu_memory=gpu_memory, force=force, dry_run=server_dry_run, progress=progress)
-        if not planned.cluster_facts:  # planned offline (api.plan without a connection): plan with the facts
-            asked = _ask_cluster(self.kube, _unasked(planned.request))
-            request = replace(planned.request, facts=replace(asked, served={**planned.request.facts.served, **asked.served}))
-            planned = PlannedRun(build_plan(request), request)
-            progress(f"planned again with what the cluster serves: a {planned.plan.owner_kind}")
         result = launch(
             self.kube,
             planned.plan,
@@ -175,10 +180,12 @@ class Session:
         return Run(planned.name, self, planned.plan.owner_kind, result, planned.plan)
 
     def plan_sweep(
-        self, config: str | Path | Mapping[str, Any] | YamlSource, framework: str, training_type: str, **options: Any
-    ) -> PlannedSweep:
-        """:func:`plan_sweep` with this session's registry and connection."""
-        return plan_sweep(config, framework, training_type, registry=self.registry, connect=lambda: self.kube, **options)
+        self, config: str | Path | Mapping[str, Any] | YamlSource, framework: str, training_type: str,
+        options: LaunchOptions | None = None, **flags: Any,
+    ) -> PlannedSweep:  # fmt: skip
+        """:func:`~cw_cli.api.plan_sweep` with this session's registry and connection."""
+        return plan_sweep(config, framework, training_type, options, registry=self.registry, connect=lambda: self.kube,
+                          **flags)  # fmt: skip
 
     def submit_sweep(
         self, planned: PlannedSweep, *, resume: bool = False, progress: Progress = _quiet, parallel: int = SWEEP_PARALLEL,

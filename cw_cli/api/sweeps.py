@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
-from cw_cli.api.planning import DICT_CONFIG_NAME, PlannedRun, Progress, _quiet, _registry, plan, set_assignments
+from cw_cli.api.planning import PlannedRun, Progress, _quiet, _registry, config_source, plan
+from cw_cli.config.options import LaunchOptions, launch_options, set_assignments
 from cw_cli.errors import ClusterUnreachable, ConfigError, Conflict, CwError, Interrupted
 
 if TYPE_CHECKING:
@@ -19,7 +20,9 @@ if TYPE_CHECKING:
     from cw_cli.client.connection import Kube
     from cw_cli.config.yaml_source import YamlSource
     from cw_cli.frameworks.registry import FrameworkRegistry
+    from cw_cli.sweep import SweepSpec
 
+#: Runs of a sweep created at once: enough to hide request latency, few enough for the API
 #: server's default in-flight limits and the client's connection pool (10).
 SWEEP_PARALLEL = 8
 
@@ -46,15 +49,14 @@ def plan_sweep(
     config: str | Path | Mapping[str, Any] | YamlSource,
     framework: str,
     training_type: str,
+    options: LaunchOptions | None = None,
     *,
     sweep: list[str] | None = None,
-    name: str | None = None,
-    set: Mapping[str, Any] | list[str] | None = None,  # noqa: A002 - the CLI's --set
     registry: FrameworkRegistry | None = None,
     connect: Callable[[], Kube] | None = None,
     if_reachable: bool = False,
     base_dir: Path | None = None,
-    **options: Any,
+    **flags: Any,
 ) -> PlannedSweep:
     """Plan every run of a sweep: the config's ``sweep:`` block and/or ``--sweep key=v1,v2`` flags.
 
@@ -64,70 +66,90 @@ def plan_sweep(
     one invalid point refuses the whole sweep, naming it.
 
     Args:
-        config: A config file, a mapping or a file read by :func:`read_config` (with or without a
-            ``sweep`` block).
+        config: A config file, a mapping or a file read by :func:`~cw_cli.api.read_config` (with
+            or without a ``sweep`` block).
         framework: The framework.
         training_type: Its training type.
+        options: The launch options common to every run, as for :func:`~cw_cli.api.plan`;
+            ``name`` is the sweep's name (default: generated, unique).
         sweep: ``key=v1,v2,...`` grid axes over the file's (a flag replaces the file's values of
             its key).
-        name: The sweep's name (default: generated, unique).
-        set: Overrides common to every run.
         registry: Frameworks to pick from.
-        connect: See :func:`plan` (the cluster is asked once for the whole sweep).
-        if_reachable: See :func:`plan`.
-        base_dir: See :func:`plan`.
-        **options: Any other option of :func:`plan` (``gpu``, ``namespace``, ...).
+        connect: See :func:`~cw_cli.api.plan` (the cluster is asked once for the whole sweep).
+        if_reachable: See :func:`~cw_cli.api.plan`.
+        base_dir: See :func:`~cw_cli.api.plan`.
+        **flags: Fields of ``options`` as keywords (``name``, ``gpu``, ``namespace``, ...).
 
     Raises:
         ConfigError: The sweep or one of its runs is invalid (every problem, by run).
     """
     from cw_cli import sweep as sweeps
-    from cw_cli.config.yaml_source import YamlSource, load_config_file
-    from cw_cli.render.naming import generate_run_name, validate_run_name
 
-    if isinstance(config, YamlSource):
-        source = config
-    elif isinstance(config, Mapping):
-        source = YamlSource(path=(base_dir or Path.cwd()) / DICT_CONFIG_NAME, data=dict(config))
-    else:
-        source = load_config_file(Path(config))
-    data = dict(source.data)
-    block = data.pop(sweeps.SWEEP_KEY, None)
-    spec = sweeps.from_config(block, source.where((sweeps.SWEEP_KEY,))) if block is not None else None
-    spec = sweeps.combine(spec, sweep or [])
-    if spec is None:
-        raise ConfigError([f"{source.path}: no `sweep` block and no --sweep"], hint="e.g. --sweep learning_rate=1e-5,2e-5")
-    if name is not None:
-        sweep_name = validate_run_name(name)
-    else:
-        kind = training_type
-        sweep_name = generate_run_name(framework, kind, source.path.stem)[: sweeps.MAX_SWEEP_NAME].rstrip("-")
+    options = launch_options(options, flags)
+    source, spec = _sweep_source(config, base_dir, sweep or [])
+    sweep_name = _sweep_name(options.name, framework, training_type, source)
     points = sweeps.check_size(spec, sweep_name)
-    stripped = YamlSource(path=source.path, data=data, lines=source.lines, yaml11_numbers=source.yaml11_numbers)
     registry = registry or _registry()
     runs: list[PlannedRun] = []
     problems: list[str] = []
-    common = set_assignments(set)
+    common = options.assignments()
     for run_name, point in zip(sweeps.run_names(sweep_name, len(points)), points):
         try:
-            runs.append(
-                plan(
-                    stripped, framework, training_type, name=run_name, set=[*common, *set_assignments(point)],
-                    registry=registry, sweep=sweep_name, connect=connect, if_reachable=True, **options,
-                )
-            )  # fmt: skip
+            runs.append(plan(source, framework, training_type, options.with_(name=run_name, set=[*common, *set_assignments(point)]),
+                             registry=registry, sweep=sweep_name, connect=connect, if_reachable=True))  # fmt: skip
         except ConfigError as exc:
             shown = ", ".join(f"{key}={value!r}" for key, value in point.items())
             problems += [f"run {run_name} ({shown}): {issue}" for issue in exc.issues]
     if problems:
         raise ConfigError(problems, hint="fix the sweep's values; no run of it was created")
     if connect is not None and not if_reachable:  # a submit follows: fail before anything is created
-
-        for run in runs:
-            if run.request.facts.not_asked:
-                raise ClusterUnreachable(run.request.facts.not_asked, hint="is the cluster up? check `kubectl cluster-info`")
-        connect()
+        _check_reachable(runs, connect)
     return PlannedSweep(sweep_name, runs, points)
+
+
+def _sweep_source(
+    config: str | Path | Mapping[str, Any] | YamlSource, base_dir: Path | None, flags: list[str]
+) -> tuple[YamlSource, SweepSpec]:
+    """The config without its ``sweep`` block, and the sweep of the block and the flags.
+
+    Raises:
+        ConfigError: Neither a block nor a flag, or either is invalid.
+    """
+    from cw_cli import sweep as sweeps
+    from cw_cli.config.yaml_source import YamlSource, load_config_file
+
+    path, source = config_source(config, base_dir)
+    source = source or load_config_file(path)
+    data = dict(source.data)
+    block = data.pop(sweeps.SWEEP_KEY, None)
+    spec = sweeps.from_config(block, source.where((sweeps.SWEEP_KEY,))) if block is not None else None
+    spec = sweeps.combine(spec, flags)
+    if spec is None:
+        raise ConfigError([f"{source.path}: no `sweep` block and no --sweep"], hint="e.g. --sweep learning_rate=1e-5,2e-5")
+    stripped = YamlSource(path=source.path, data=data, lines=source.lines, yaml11_numbers=source.yaml11_numbers)
+    return stripped, spec
+
+
+def _sweep_name(name: str | None, framework: str, training_type: str, source: YamlSource) -> str:
+    """The sweep's name: the one given (checked), else a generated one that leaves room for the index."""
+    from cw_cli.render.naming import generate_run_name, validate_run_name
+    from cw_cli.sweep import MAX_SWEEP_NAME
+
+    if name is not None:
+        return validate_run_name(name)
+    return generate_run_name(framework, training_type, source.path.stem)[:MAX_SWEEP_NAME].rstrip("-")
+
+
+def _check_reachable(runs: list[PlannedRun], connect: Callable[[], Kube]) -> None:
+    """Fail before a submit creates anything when the cluster could not be asked (or reached).
+
+    Raises:
+        ClusterUnreachable: A run was planned without the cluster's answers, or it is down now.
+    """
+    for run in runs:
+        if run.request.facts.not_asked:
+            raise ClusterUnreachable(run.request.facts.not_asked, hint="is the cluster up? check `kubectl cluster-info`")
+    connect()
 
 
 def submit_sweep(

@@ -9,9 +9,9 @@ import click
 
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.formats import check_output, dump
-from cw_cli.cli.options import check_gpu_memory_flag
+from cw_cli.cli.options import check_gpu_memory_flag, gpu_memory_option, launch_flags, take_launch_options
 from cw_cli.cli.output import err, out
-from cw_cli.cli.run import gpu_memory_option, launch_options
+from cw_cli.config.options import SIZING_FIELDS
 from cw_cli.labels import TRAINER, VLLM
 from cw_cli.render.naming import validate_run_name
 
@@ -63,7 +63,7 @@ def _registry(ctx: click.Context, framework: str) -> FrameworkRegistry:
 @click.command("estimate")
 @click.argument("framework")
 @click.argument("training_type", metavar="TYPE")
-@launch_options
+@launch_flags(SIZING_FIELDS)
 @gpu_memory_option
 @click.option("--output", "-o", default="table", show_default=True, metavar="FORMAT",
               help="table, json or yaml (fields: docs/estimate.md).")
@@ -73,24 +73,9 @@ def _registry(ctx: click.Context, framework: str) -> FrameworkRegistry:
 @click.pass_context
 @handle_errors
 def estimate_command(
-    ctx: click.Context,
-    framework: str,
-    training_type: str,
-    config: Path,
-    gpu: int | None,
-    cpu: str | None,
-    memory: str | None,
-    image: str | None,
-    nodes: int | None,
-    name: str | None,
-    pull: bool,
-    set_: tuple[str, ...],
-    namespace: str | None,
-    context: str | None,
-    gpu_memory: str | None,
-    output: str,
-    hub: bool,
-) -> None:
+    ctx: click.Context, framework: str, training_type: str, config: Path, context: str | None, gpu_memory: str | None,
+    output: str, hub: bool, **flags: Any,
+) -> None:  # fmt: skip
     """Estimate a run's per-GPU memory (trainer, vLLM) and whether it fits.
 
     Reads the framework's own config (TRL, Axolotl, verifiers; DeepSpeed and Accelerate files it
@@ -103,19 +88,18 @@ def estimate_command(
 
     output = check_output(output)
     check_gpu_memory_flag(gpu_memory)  # before anything is read: `--gpu-memory 0` is no GPU
+    options = take_launch_options(flags)
     registry = _registry(ctx, framework)
-    if name is not None:
-
-        validate_run_name(name)  # a launch option: checked, though an estimate names nothing
+    if options.name is not None:
+        validate_run_name(options.name)  # a launch option: checked, though an estimate names nothing
 
     def list_nodes() -> list[dict[str, Any]]:
-        return api.Session(context=context, namespace=namespace).nodes()
+        return api.Session(context=context, namespace=options.namespace).nodes()
 
     # An estimate needs neither a checkpoint volume nor the Secrets a launch would mount.
-    result = api.estimate(
-        api.read_config(config), framework, training_type, gpu=gpu, cpu=cpu, memory=memory, image=image,
-        nodes=nodes, set=list(set_), registry=registry, gpu_memory=gpu_memory, list_nodes=list_nodes, hub=hub,
-    )  # fmt: skip
+    how = api.EstimateOptions(gpu_memory=gpu_memory, hub=hub)
+    result = api.estimate(api.read_config(config), framework, training_type, options, how, registry=registry,
+                          list_nodes=list_nodes)  # fmt: skip
     if output != "table":
         out().file.write(dump(result.to_dict(), output))
         return

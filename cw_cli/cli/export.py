@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from cw_cli.cli.errors import handle_errors
-from cw_cli.cli.options import context_option, namespace_option, run_argument
+from cw_cli.cli.options import cluster_options, run_argument
 from cw_cli.cli.plain import printable, say
 from cw_cli.errors import ConfigError
 
@@ -27,8 +27,7 @@ from cw_cli.errors import ConfigError
 @click.option("--memory", default="64Gi", show_default=True, help="Memory of the export pod (a merge holds the base model).")
 @click.option("--wait", is_flag=True, help="Wait until the export ends; exit 1 if it fails.")
 @click.option("--timeout", type=float, help="With --wait: seconds to wait.")
-@namespace_option
-@context_option
+@cluster_options
 @handle_errors
 def export_command(
     run: str, checkpoint: str, merge: bool, push_to_hub: str | None, private: bool, to: str | None,

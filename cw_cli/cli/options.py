@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -13,6 +14,8 @@ from cw_cli.errors import ConfigError
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
+
+    from cw_cli.config.options import LaunchOptions
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -26,6 +29,69 @@ def namespace_option(function: F) -> F:
 def context_option(function: F) -> F:
     """``--context``: the kubeconfig context (default: the current one)."""
     return click.option("--context", help="kubeconfig context.")(function)
+
+
+def cluster_options(function: F) -> F:
+    """``--namespace/-n`` and ``--context``: where a command acts (every command that reads or writes a run)."""
+    return namespace_option(context_option(function))
+
+
+#: The click option of each :class:`~cw_cli.config.options.LaunchOptions` field, by field name:
+#: ``cw FRAMEWORK TYPE`` and ``cw estimate`` are built from this one table (``launch_flags``).
+LAUNCH_FLAGS: dict[str, Callable[[Any], Any]] = {
+    "gpu": click.option("--gpu", type=int, help="GPUs per trainer node."),
+    "cpu": click.option("--cpu", help="CPU per trainer pod, e.g. 32."),
+    "memory": click.option("--memory", help="Memory per trainer pod, e.g. 256Gi."),
+    "image": click.option("--image", help="Trainer image."),
+    "nodes": click.option("--nodes", type=int, help="Trainer nodes (one pod each)."),
+    "name": click.option("--name", help="Run name (default: generated, unique)."),
+    "pull": click.option("--pull", is_flag=True, help="Always pull the image."),
+    "set": click.option("--set", "set", multiple=True, metavar="KEY=VALUE",
+                        help="key=value for any config key, dotted keys nest, value typed as YAML; repeatable."),
+    "namespace": namespace_option,
+    "services": click.option("--services", is_flag=True, help="Deploy only the services of a multi-service type."),
+    "ttl": click.option("--ttl", help="With --services: how long the servers live, e.g. 6h, 90m."),
+    "timeout": click.option("--timeout", type=float, help="Seconds to wait for services (and with --wait, the run)."),
+    "local": click.option("--local", is_flag=True, help="Run the trainer's command here as a local process (debugging)."),
+    "resume": click.option("--resume", is_flag=True,
+                           help="Continue the checkpoints in the run's folder even though the config changed."),
+}  # fmt: skip
+
+
+def launch_flags(fields: tuple[str, ...]) -> Callable[[F], F]:
+    """CONFIG, the flags of ``fields`` of :data:`LAUNCH_FLAGS` (in that order) and ``--context``.
+
+    The command receives each flag under its field's name; :func:`take_launch_options` makes
+    them a :class:`~cw_cli.config.options.LaunchOptions`.
+    """
+
+    def decorate(function: F) -> F:
+        decorators = [click.argument("config", type=click.Path(path_type=Path)),
+                      *(LAUNCH_FLAGS[field] for field in fields), context_option]  # fmt: skip
+        for decorator in reversed(decorators):  # as if stacked above the function, first on top
+            function = decorator(function)
+        return function
+
+    return decorate
+
+
+def take_launch_options(params: dict[str, Any]) -> LaunchOptions:
+    """The launch options among a command's parameters, removed from ``params`` (``--set`` as a list)."""
+    from cw_cli.config.options import LaunchOptions
+
+    given = {field: params.pop(field) for field in LAUNCH_FLAGS if field in params}
+    if "set" in given:
+        given["set"] = list(given["set"])
+    return LaunchOptions(**given)
+
+
+def gpu_memory_option(function: F) -> F:
+    """``--gpu-memory``: one GPU's memory for the memory estimate."""
+    return click.option(
+        "--gpu-memory", metavar="SIZE",
+        help="Memory of one GPU for the memory estimate, e.g. 80GB or 141GB (default: gpu_memory / gpu_type in the "
+        "config, else the nodes' nvidia.com/gpu.memory labels).",
+    )(function)  # fmt: skip
 
 
 def output_option(function: F) -> F:

@@ -10,7 +10,7 @@ import click
 
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.formats import check_output, check_states, dump, list_dict, state_key, status_dict
-from cw_cli.cli.options import context_option, namespace_option, output_option, run_argument
+from cw_cli.cli.options import cluster_options, output_option, run_argument
 from cw_cli.cli.plain import echo, printable, table
 from cw_cli.errors import ConfigError
 from cw_cli.labels import LOG_ROLES, TRAINER
@@ -29,8 +29,7 @@ def _age(created: object) -> str:
 
 
 @click.command("list")
-@namespace_option
-@context_option
+@cluster_options
 @click.option("--all-namespaces", "-A", is_flag=True, help="Runs of every namespace.")
 @click.option("--state", "state", multiple=True, metavar="STATE",
               help="Only runs in this state (repeatable): pending, queued, running, failed, ...")
@@ -84,8 +83,7 @@ def list_command(
 
 @click.command("status")
 @run_argument()
-@namespace_option
-@context_option
+@cluster_options
 @output_option
 @handle_errors
 def status_command(run: str, namespace: str | None, context: str | None, output: str) -> None:
@@ -143,8 +141,7 @@ def status_command(run: str, namespace: str | None, context: str | None, output:
 @click.option("--role", default=TRAINER, show_default=True, help=f"{', '.join(LOG_ROLES[:-1])} or {LOG_ROLES[-1]}.")
 @click.option("--rank", type=int, help="Node rank of a multi-node trainer.")
 @click.option("--tail", type=int, help="Only the last N lines.")
-@namespace_option
-@context_option
+@cluster_options
 @handle_errors
 def logs_command(
     run: str, follow: bool, role: str, rank: int | None, tail: int | None, namespace: str | None, context: str | None
@@ -169,8 +166,7 @@ def logs_command(
 @click.command("delete")
 @run_argument(required=False)
 @click.option("--sweep", metavar="NAME", help="Delete every run of this sweep.")
-@namespace_option
-@context_option
+@cluster_options
 @handle_errors
 def delete_command(run: str | None, sweep: str | None, namespace: str | None, context: str | None) -> None:
     """Delete every object of a run, or of every run of a sweep (and nothing else)."""

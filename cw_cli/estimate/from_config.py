@@ -15,8 +15,8 @@ only when asked, one hub download):
   callable that lists them; none in a dry run).
 
 The result is a :class:`RunEstimate` (with suggestions in the framework's own keys, its
-:class:`~cw_cli.estimate.words.ConfigWords`, :func:`config_changes`), which never raises for a
-run it cannot estimate (a framework without a training setup, a model not found, an unknown
+:class:`~cw_cli.estimate.words.ConfigWords`: :mod:`~cw_cli.estimate.suggested_changes`), which
+never raises for a run it cannot estimate (a framework without a training setup, a model not found, an unknown
 architecture): it says why in ``skipped`` and ``notes`` instead. Nothing here knows a framework
 by name, prints or talks to a cluster itself.
 """
@@ -25,15 +25,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct, field
 from msgspec.structs import asdict, replace
 
 from cw_cli.config.local_files import check_shippable
+from cw_cli.config.options import EstimateOptions
 from cw_cli.errors import ConfigError
+from cw_cli.estimate.describes_training import DescribesTraining
 from cw_cli.estimate.gpu_memory import GpuChoice, given_gpu_memory, resolve_gpu_memory
 from cw_cli.estimate.model_config import check_model_config, find_model_config
+from cw_cli.estimate.suggested_changes import applies, config_changes
 from cw_cli.labels import TRAINER, VLLM
 from cw_cli.types import TrainingType
 
@@ -60,43 +63,6 @@ JSON_KEYS = (
 VERDICT_KEYS = ("fits", "clearly_too_big", "refusal_headroom", "worst_ratio", "roles")
 ROLE_KEYS = ("role", "fits", "required_bytes", "available_bytes", "ratio", "reason")
 SUGGESTION_KEYS = ("key", "description", "changes", "per_gpu_bytes", "ratio")
-
-
-class DescribesTraining(Protocol):
-    """What the estimate needs of a framework (``BaseTrainingFramework`` has all of it).
-
-    The estimate never imports a framework: the caller hands it one (``cw_cli.api``).
-    """
-
-    @property
-    def name(self) -> str:
-        """The framework's name."""
-        ...
-
-    @property
-    def model_key(self) -> str:
-        """Native key of the model."""
-        ...
-
-    @property
-    def model_revision_key(self) -> str | None:
-        """Native key of the model's revision, if the framework has one."""
-        ...
-
-    @property
-    def words(self) -> ConfigWords | None:
-        """How the config spells what a suggestion changes (None: no changes listed)."""
-        ...
-
-    @property
-    def describes_training(self) -> bool:
-        """Whether ``training_setup`` gives a setup (False: no estimate, said at once)."""
-        ...
-
-    def training_setup(self, native: Mapping[str, Any], training_type: TrainingType, cluster: ClusterSpec,
-                       base_dir: Path | None, model_config: Mapping[str, Any] | None) -> RunSetup | None:
-        """The run's training and vLLM setup (None: no estimate)."""
-        ...
 
 
 class RunEstimate(Struct, frozen=True):
@@ -271,13 +237,10 @@ def estimate_run(
     native: Mapping[str, Any],
     cluster: ClusterSpec,
     base_dir: Path | None = None,
+    options: EstimateOptions | None = None,
     *,
-    gpu_memory: str | int | None = None,
     nodes: Callable[[], Iterable[Mapping[str, Any]]] | None = None,
-    hub: bool = False,
-    suggest: bool = True,
     services_only: bool = False,
-    allow_meta_device: bool = True,
     cache_dirs: Iterable[Path] | None = None,
 ) -> RunEstimate:
     """Estimate a run as configured: setup, model config, GPU memory, verdict and suggestions.
@@ -293,14 +256,11 @@ def estimate_run(
         native: The framework's own config.
         cluster: cw's cluster fields.
         base_dir: The config's folder (local model folders, DeepSpeed / Accelerate files).
-        gpu_memory: ``--gpu-memory``.
+        options: How to estimate (:class:`~cw_cli.config.options.EstimateOptions`: ``gpu_memory``,
+            ``hub``, ``suggest``, ``allow_meta_device``; the launch path disallows the meta device).
         nodes: Lists the cluster's nodes; asked only when the estimate exists and no GPU size
             was given (None: never).
-        hub: Allow downloading config.json from the hub (see :func:`find_model_config`).
-        suggest: Compute suggestions when a role does not fit (~50 ms).
         services_only: Only the servers run (``--services``): only the vLLM role is checked.
-        allow_meta_device: Count an unknown architecture with transformers on the meta device
-            (seconds); the launch path passes False and skips instead.
         cache_dirs: Hugging Face caches to search (default :func:`hf_cache_dirs`).
 
     Raises:
@@ -308,140 +268,105 @@ def estimate_run(
         ConfigError: The model's config.json is a device or FIFO, too large or deep, or has a
             dimension no model has (``num_hidden_layers: 1e12``, zero heads, a list).
     """
+    how = options or EstimateOptions()
     kind = TrainingType(getattr(training_type, "value", training_type))
     _check_listed_files(cluster, base_dir)  # what a launch refuses, an estimate refuses
-    roles = (VLLM,) if services_only else (TRAINER, VLLM)
-    base = RunEstimate(framework.name, kind.value, None, roles=roles)
-    given_gpu_memory(gpu_memory)  # a bad flag fails before anything else
-    # Cheap refusals first: a launch whose model is not here pays for a few stat() calls only.
+    base = RunEstimate(framework.name, kind.value, None, roles=(VLLM,) if services_only else (TRAINER, VLLM))
+    given_gpu_memory(how.gpu_memory)  # a bad flag fails before anything else
+    try:
+        base, config = _model_config(framework, native, cluster, base_dir, how.hub, cache_dirs, base)
+        base, read = _training_setup(framework, kind, native, cluster, base_dir, config, how, base)
+        if services_only and read.vllm is None:
+            raise _Skipped(replace(base, skipped="the run has no vLLM server to estimate", notes=read.notes))
+        return _judged(base, config, read, resolve_gpu_memory(how.gpu_memory, cluster, nodes), framework.words,
+                       suggest=how.suggest, services_only=services_only)  # fmt: skip
+    except _Skipped as skipped:
+        return skipped.estimate
+
+
+class _Skipped(Exception):
+    """No estimate: ``estimate`` says why (``skipped``)."""
+
+    def __init__(self, estimate: RunEstimate) -> None:
+        super().__init__(estimate.skipped)
+        self.estimate = estimate
+
+
+def _model_config(
+    framework: DescribesTraining, native: Mapping[str, Any], cluster: ClusterSpec, base_dir: Path | None, hub: bool,
+    cache_dirs: Iterable[Path] | None, base: RunEstimate,
+) -> tuple[RunEstimate, dict[str, Any]]:  # fmt: skip
+    """The model's config.json, after the cheap refusals (a launch whose model is not here pays
+    for a few stat() calls only).
+
+    Raises:
+        _Skipped: No training setup, no GPU, no model, or its config.json is not found.
+    """
     if not framework.describes_training:
-        return replace(base, skipped=f"no estimate for framework {framework.name!r}: it describes no training "
-                       "setup (a plugin may: docs/plugins.md)")  # fmt: skip
+        raise _Skipped(replace(base, skipped=f"no estimate for framework {framework.name!r}: it describes no training "
+                               "setup (a plugin may: docs/plugins.md)"))  # fmt: skip
     key = framework.model_key
     model = native.get(key)
     model = str(model) if isinstance(model, (str, Path)) and str(model) else None
     base = replace(base, model=model)
     if (cluster.gpu or 0) == 0:
-        return replace(base, skipped="the trainer has no GPU (gpu: 0)")
+        raise _Skipped(replace(base, skipped="the trainer has no GPU (gpu: 0)"))
     if model is None:
-        return replace(base, skipped=f"the config names no model (`{key}`)")
+        raise _Skipped(replace(base, skipped=f"the config names no model (`{key}`)"))
     revision_key = framework.model_revision_key
     revision = native.get(revision_key) if revision_key else None
     lookup = find_model_config(model, base_dir, hub=hub, revision=str(revision) if revision else None,
                                cache_dirs=cache_dirs)  # fmt: skip
     if lookup.config is None:
-        return replace(base, skipped=lookup.note)
-    config = lookup.config
-    check_model_config(config, lookup.source or model)  # a hostile one: refused, never sized
-    base = replace(base, model_config=lookup.source)
+        raise _Skipped(replace(base, skipped=lookup.note))
+    check_model_config(lookup.config, lookup.source or model)  # a hostile one: refused, never sized
+    return replace(base, model_config=lookup.source), lookup.config
 
-    # Only now that there is a model to count: reading the framework's config is most of the work.
-    from cw_cli.estimate.fit import fits, suggestions
-    from cw_cli.estimate.memory import estimate_memory
-    from cw_cli.estimate.params import SUPPORTED_MODEL_TYPES, UnknownArchitectureError
+
+def _training_setup(
+    framework: DescribesTraining, kind: TrainingType, native: Mapping[str, Any], cluster: ClusterSpec,
+    base_dir: Path | None, config: dict[str, Any], how: EstimateOptions, base: RunEstimate,
+) -> tuple[RunEstimate, RunSetup]:  # fmt: skip
+    """The framework's reading of its config (most of the work: only now that there is a model to count).
+
+    Raises:
+        _Skipped: An architecture without a formula (and no meta device), or no setup given.
+    """
+    from cw_cli.estimate.params import SUPPORTED_MODEL_TYPES
 
     # The family alone: building it here would raise outside the estimate's skip for a missing field.
-    if str(config.get("model_type", "")) not in SUPPORTED_MODEL_TYPES and not allow_meta_device:
-        return replace(base, skipped=f"model_type {config.get('model_type')!r} has no formula in cw; `cw estimate` "
-                       "counts it with transformers on the meta device")  # fmt: skip
+    if str(config.get("model_type", "")) not in SUPPORTED_MODEL_TYPES and not how.allow_meta_device:
+        raise _Skipped(replace(base, skipped=f"model_type {config.get('model_type')!r} has no formula in cw; `cw "
+                               "estimate` counts it with transformers on the meta device"))  # fmt: skip
     read = framework.training_setup(native, kind, cluster, base_dir, config)  # dtype: auto, PEFT's default targets
     if read is None:
-        return replace(base, skipped=f"no estimate for framework {framework.name!r}: it gave no training setup "
-                       f"for `{kind.value}`")  # fmt: skip
-    base = replace(base, setup=read.setup, vllm_setup=read.vllm, unmodelled=read.unmodelled)
-    if services_only and read.vllm is None:
-        return replace(base, skipped="the run has no vLLM server to estimate", notes=read.notes)
-    gpu = resolve_gpu_memory(gpu_memory, cluster, nodes)
+        raise _Skipped(replace(base, skipped=f"no estimate for framework {framework.name!r}: it gave no training "
+                               f"setup for `{kind.value}`"))  # fmt: skip
+    return replace(base, setup=read.setup, vllm_setup=read.vllm, unmodelled=read.unmodelled), read
+
+
+def _judged(
+    base: RunEstimate, config: dict[str, Any], read: RunSetup, gpu: GpuChoice, words: ConfigWords | None, *,
+    suggest: bool, services_only: bool,
+) -> RunEstimate:  # fmt: skip
+    """The estimate, its verdict against one GPU's memory and, when it does not fit, the changes that would."""
+    from cw_cli.estimate.fit import fits, suggestions
+    from cw_cli.estimate.memory import estimate_memory
+    from cw_cli.estimate.params import UnknownArchitectureError
+
     memory = gpu.memory.bytes if gpu.memory else None
     try:
         estimate = estimate_memory(config, read.setup, read.vllm, memory)
     except (UnknownArchitectureError, ValueError) as exc:
-        return replace(base, gpu=gpu, skipped=f"cannot estimate {model}: {exc}", notes=read.notes + gpu.notes)
-    notes = read.notes + estimate.notes + gpu.notes
-    base = replace(base, estimate=estimate, gpu=gpu, notes=notes)
+        return replace(base, gpu=gpu, skipped=f"cannot estimate {base.model}: {exc}", notes=read.notes + gpu.notes)
+    base = replace(base, estimate=estimate, gpu=gpu, notes=read.notes + estimate.notes + gpu.notes)
     if memory is None:
         return base
-    verdict = fits(estimate, memory)
-    refusal = fits(estimate, memory, headroom=REFUSAL_HEADROOM)
-    base = replace(base, verdict=verdict, refusal=refusal)
+    base = replace(base, verdict=fits(estimate, memory), refusal=fits(estimate, memory, headroom=REFUSAL_HEADROOM))
     if suggest and not base.fits:
-        written = [(s, config_changes(framework.words, kind.value, read.setup, read.vllm, s))
-                   for s in suggestions(config, read.setup, memory, read.vllm) if _applies(s, services_only)]
+        kind = base.training_type
+        written = [(s, config_changes(words, kind, read.setup, read.vllm, s))
+                   for s in suggestions(config, read.setup, memory, read.vllm) if applies(s, services_only)]
         found = [(s, c) for s, c in written if c is not None]  # a change the framework cannot make: dropped
         base = replace(base, suggestions=tuple(s for s, _ in found), changes=tuple(tuple(c) for _, c in found))
     return base
-
-
-def _applies(suggestion: Suggestion, services_only: bool) -> bool:
-    """Whether a suggestion concerns the roles checked (a servers-only run: its vLLM engine only)."""
-    return suggestion.key.startswith("vllm_") if services_only else True
-
-
-# --- suggestions in the framework's own words -------------------------------------------------------
-
-
-def config_changes(words: ConfigWords | None, training_type: str, setup: TrainingSetup, vllm: VllmSetup | None,
-                   suggestion: Suggestion) -> list[str] | None:
-    """What to write in the config (or pass as a flag) for a suggestion, in the framework's keys.
-
-    Args:
-        words: The framework's words; None (a framework that declares none) lists no change.
-        training_type: The training type (GRPO's completion length).
-        setup: The setup as read from the config.
-        vllm: The vLLM engine as read.
-        suggestion: A change that fits.
-
-    Returns:
-        The config lines; None when the suggestion needs a setting the framework does not have
-        (verifiers' QLoRA or CPU offload), so it is not offered.
-    """
-    if words is None:
-        return []
-    new, old = suggestion.setup, setup
-    changes: list[str] = []
-    missing = False
-    grpo = training_type == "grpo"
-
-    def add(key: str | None, value: Any) -> None:
-        nonlocal missing
-        if key is None:
-            missing = True
-        else:
-            changes.append(f"{key}: {value}")
-
-    def lines(written: tuple[str, ...] | str | None) -> None:
-        nonlocal missing
-        if not written:
-            missing = True
-        else:
-            changes.extend([written] if isinstance(written, str) else written)
-
-    if new.gradient_checkpointing and not old.gradient_checkpointing:
-        add(words.checkpointing, "true")
-    if new.weight_dtype != old.weight_dtype:
-        lines(words.bf16_weights)
-    if new.micro_batch != old.micro_batch:
-        add(words.micro_batch, new.micro_batch)
-        if words.accumulation is not None:  # without one (verifiers) the batch only gets smaller
-            add(words.accumulation, new.gradient_accumulation)
-    if new.seq_len != old.seq_len:
-        add(words.length, new.seq_len)
-    if grpo and new.max_completion_length != old.max_completion_length:
-        add(words.completion, new.max_completion_length)
-    if new.optimizer != old.optimizer:
-        add(words.optimizer, new.optimizer)
-    if new.method != old.method:
-        lines(words.qlora if new.method == "qlora" else words.lora)
-    sharding_changed = (new.zero_stage, new.offload_optimizer, new.offload_params) != (
-        old.zero_stage, old.offload_optimizer, old.offload_params)
-    offload = new.offload_optimizer or new.offload_params
-    if sharding_changed and new.zero_stage == 3:
-        lines(words.zero3_offload if offload else words.zero3)
-    if new.nodes != old.nodes:
-        changes.append(f"--nodes {new.nodes}")
-    if vllm is not None and suggestion.vllm is not None:
-        if suggestion.vllm.max_model_len != vllm.max_model_len:
-            add(words.vllm_max_model_len, suggestion.vllm.max_model_len)
-        if suggestion.vllm.gpu_memory_utilization != vllm.gpu_memory_utilization:
-            add(words.vllm_gpu_memory_utilization, suggestion.vllm.gpu_memory_utilization)
-    return None if missing else changes

@@ -21,6 +21,7 @@ from unit_helpers import REPO, builtin_registry
 
 from cw_cli.config.loader import deep_merge
 from cw_cli.config.models import CLUSTER_FIELDS, ClusterSpec
+from cw_cli.config.options import EstimateOptions
 from cw_cli.config.yaml_source import load_config_file
 from cw_cli.errors import ClusterUnreachable, Forbidden
 from cw_cli.estimate.from_config import JSON_KEYS, REFUSAL_HEADROOM, ROLE_KEYS, SUGGESTION_KEYS, VERDICT_KEYS, estimate_run
@@ -394,7 +395,7 @@ BIG = {"model_name_or_path": "Qwen/Qwen2.5-32B", "dataset_name": "d", "model_ini
 
 def test_a_32b_full_fine_tune_on_one_80gb_gpu_is_clearly_too_big(tmp_path):
     cache = hf_cache(tmp_path / "hub", "Qwen/Qwen2.5-32B")
-    result = estimate_run(TRL, "sft", BIG, ClusterSpec(gpu=1), tmp_path, gpu_memory="80GB", cache_dirs=[cache])
+    result = estimate_run(TRL, "sft", BIG, ClusterSpec(gpu=1), tmp_path, EstimateOptions(gpu_memory="80GB"), cache_dirs=[cache])
     assert result.estimate is not None and result.fits is False and result.clearly_too_big
     # 16 bytes per parameter of model states alone: 32.8e9 x 16 = 524 GB
     assert result.estimate.trainer.per_gpu_bytes > 32 * 10**9 * 8
@@ -412,7 +413,7 @@ def test_open_r1s_distill_recipe_fits_the_eight_80gb_gpus_it_trained_on(tmp_path
     native, _, base = corpus_run("openr1-sft-openr1-distill-7b.yaml", "trl", "sft")
     native = {**native, "model_name_or_path": "Qwen/Qwen2.5-7B", "accelerate_config": "zero3"}  # same shape as Qwen2.5-Math-7B
     cache = hf_cache(tmp_path / "hub", "Qwen/Qwen2.5-7B")
-    result = estimate_run(TRL, "sft", native, ClusterSpec(gpu=8), base, gpu_memory="80GB", cache_dirs=[cache])
+    result = estimate_run(TRL, "sft", native, ClusterSpec(gpu=8), base, EstimateOptions(gpu_memory="80GB"), cache_dirs=[cache])
     trainer = result.estimate.trainer
     assert result.fits and not result.clearly_too_big
     assert trainer.logits_bytes < 8 * GIB  # the full fp32 logits of 2 x 32,768 tokens would be ~111 GiB
@@ -422,13 +423,13 @@ def test_open_r1s_distill_recipe_fits_the_eight_80gb_gpus_it_trained_on(tmp_path
 def test_a_run_within_the_error_band_is_not_refused(tmp_path):
     cache = hf_cache(tmp_path / "hub", "Qwen/Qwen2.5-7B")
     native = {**BIG, "model_name_or_path": "Qwen/Qwen2.5-7B", "use_peft": True, "per_device_train_batch_size": 1}
-    result = estimate_run(TRL, "sft", native, ClusterSpec(gpu=1), gpu_memory=80, cache_dirs=[cache])
+    result = estimate_run(TRL, "sft", native, ClusterSpec(gpu=1), None, EstimateOptions(gpu_memory=80), cache_dirs=[cache])
     need = result.estimate.trainer.per_gpu_bytes
     # a GPU just below the need: does not fit, but within the band a launch is not refused
-    tight = estimate_run(TRL, "sft", native, ClusterSpec(gpu=1), gpu_memory=f"{need * 0.95 / 2**20:.0f}MiB",
+    tight = estimate_run(TRL, "sft", native, ClusterSpec(gpu=1), None, EstimateOptions(gpu_memory=f"{need * 0.95 / 2**20:.0f}MiB"),
                          cache_dirs=[cache])  # fmt: skip
     assert tight.fits is False and not tight.clearly_too_big
-    small = estimate_run(TRL, "sft", native, ClusterSpec(gpu=1), gpu_memory=f"{need * 0.8 / 2**20:.0f}MiB",
+    small = estimate_run(TRL, "sft", native, ClusterSpec(gpu=1), None, EstimateOptions(gpu_memory=f"{need * 0.8 / 2**20:.0f}MiB"),
                          cache_dirs=[cache])  # fmt: skip
     assert small.clearly_too_big  # past 1 / (1 + 0.15)
     assert REFUSAL_HEADROOM == -0.15
@@ -436,7 +437,7 @@ def test_a_run_within_the_error_band_is_not_refused(tmp_path):
 
 def test_json_keys_are_stable(tmp_path):
     cache = hf_cache(tmp_path / "hub", "Qwen/Qwen2.5-32B")
-    data = estimate_run(TRL, "sft", BIG, ClusterSpec(gpu=1), gpu_memory="80GB", cache_dirs=[cache]).to_dict()
+    data = estimate_run(TRL, "sft", BIG, ClusterSpec(gpu=1), None, EstimateOptions(gpu_memory="80GB"), cache_dirs=[cache]).to_dict()
     assert tuple(data) == JSON_KEYS
     assert tuple(data["verdict"]) == VERDICT_KEYS and tuple(data["verdict"]["roles"][0]) == ROLE_KEYS
     assert tuple(data["suggestions"][0]) == SUGGESTION_KEYS
@@ -515,7 +516,7 @@ def test_launch_and_estimate_share_the_launch_options():
 
     launch = make_run_command(builtin_registry(), "trl", "sft", "")
     names = {p.name for p in estimate_command.params}
-    shared = {"config", "gpu", "cpu", "memory", "image", "nodes", "name", "pull", "set_", "namespace", "context",
+    shared = {"config", "gpu", "cpu", "memory", "image", "nodes", "name", "pull", "set", "namespace", "context",
               "gpu_memory"}  # fmt: skip
     assert shared <= names and shared <= {p.name for p in launch.params}
     assert "force" in {p.name for p in launch.params}
@@ -574,10 +575,11 @@ _READS_CONFIG_PROBE = """
 import sys
 from pathlib import Path
 from cw_cli.config.models import ClusterSpec
+from cw_cli.config.options import EstimateOptions
 from cw_cli.estimate.from_config import estimate_run
 from cw_cli.frameworks.trl import TRLFramework
 result = estimate_run(TRLFramework(), "sft", {"model_name_or_path": sys.argv[1]}, ClusterSpec(gpu=1), Path(sys.argv[2]),
-                      allow_meta_device=False, cache_dirs=[])
+                      EstimateOptions(allow_meta_device=False), cache_dirs=[])
 print(result.estimate is not None, "cw_cli.frameworks.trl.setup" in sys.modules)
 """
 

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from unit_helpers import REPO, builtin_registry
 
 from cw_cli.config.models import ClusterSpec
+from cw_cli.config.options import EstimateOptions
 from cw_cli.errors import ConfigError
 from cw_cli.estimate.from_config import estimate_run
 from cw_cli.estimate.model_config import DIMENSIONS, check_model_config
@@ -208,7 +209,7 @@ def test_any_config_json_is_estimated_or_refused_with_a_cw_error(config, lora):
         (Path(folder) / "config.json").write_text(json.dumps(config), encoding="utf-8")  # NaN, Infinity as JSON5 does
         native["model_name_or_path"] = folder
         try:
-            result = estimate_run(TRLFramework(), "sft", native, CLUSTER, gpu_memory="24GB")
+            result = estimate_run(TRLFramework(), "sft", native, CLUSTER, None, EstimateOptions(gpu_memory="24GB"))
         except ConfigError as error:
             assert error.message.startswith(f"{folder}/config.json: `") and error.hint
             return
