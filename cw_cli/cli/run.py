@@ -262,7 +262,7 @@ def _apply(session: api.Session, planned: api.PlannedRun, asked: LaunchCommand, 
         stopped = f"stopped waiting; run {plan.run_name!r} goes on in the cluster"
         try:
             with interrupt_within(INTERRUPT_GRACE_S, f"error: {stopped}"):
-                if plan.trainer_job and not result.released:
+                if plan.owner_name and not result.released:
                     say(f"the {plan.owner_kind} waits for Kueue to admit it")
                 say(f"next: cw status {plan.run_name}   cw logs {plan.run_name} -f   cw delete {plan.run_name}")
                 if not asked.wait:
@@ -270,7 +270,7 @@ def _apply(session: api.Session, planned: api.PlannedRun, asked: LaunchCommand, 
                 if options.services:
                     run.wait_for_servers(timeout, progress)
                     say("services are Ready", fg="green")
-                elif plan.trainer_job:
+                elif plan.owner_name:
                     run.wait(timeout, progress)
                     say(f"run {plan.run_name} succeeded", fg="green")
         except KeyboardInterrupt:
