@@ -5,6 +5,10 @@ starts servers, and on what the cluster serves (:class:`ClusterFacts`). It is ma
 anything is rendered, and the plan, the launch and ``--dry-run`` all use the same
 :class:`Workload`, so the printed plan is the applied one. Pure: the facts are asked by the
 caller (:mod:`cw_cli.api`), never here.
+
+What differs between the kinds is each kind's strategy: :data:`KINDS` here, the rendering
+half in :mod:`cw_cli.render.workloads` (the contract is :mod:`cw_cli.render.workloads.base`),
+the cluster half in :mod:`cw_cli.k8s.workloads`.
 """
 
 from __future__ import annotations
