@@ -176,13 +176,13 @@ class _RankState:
                 return int(os.environ[name])
         return 0
 
-    def heartbeat(self, step: int, force: bool = True) -> None:
+    def heartbeat(self, step: int, force: bool = True, done: bool = False) -> None:
         now = time.time()
         if not force and now - self.last_write < 1.0:
             return
         self.beats += 1
         self.last_write = now
-        record = {"rank": self.rank(), "pid": os.getpid(), "step": step, "beats": self.beats, "time": now}
+        record = {"rank": self.rank(), "pid": os.getpid(), "step": step, "beats": self.beats, "time": now, "done": done}
         try:
             _write_json(self.folder / "ranks" / f"rank-{self.rank()}.json", record)
         except OSError:
@@ -259,6 +259,10 @@ def callback_class() -> Any:
                 _say(f"rank {self.cw.rank()}: stop requested: saving a checkpoint at step {state.global_step}")
                 control.should_save = True
                 control.should_training_stop = True
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            # What follows (the final save, a push to the Hub) takes no steps: not a stall.
+            self.cw.heartbeat(state.global_step, done=True)
 
         def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.cw.heartbeat(state.global_step, force=False)  # evaluation is progress too
@@ -392,6 +396,7 @@ class _Watch:
         self.first_s: float | None = None
         self.intervals: list[float] = []
         self.step = 0
+        self.done = False
 
     def ranks(self) -> list[dict[str, Any]]:
         found = []
@@ -413,6 +418,7 @@ class _Watch:
             self.last_change = now
             self.seen = beats
             self.step = max(int(r.get("step", 0)) for r in ranks)
+            self.done = all(r.get("done") for r in ranks)
 
     def timeout(self) -> float:
         return stall_timeout(
@@ -420,7 +426,9 @@ class _Watch:
         )
 
     def stalled(self, now: float) -> bool:
-        return self.last_change is not None and now - self.last_change > self.timeout()
+        if self.last_change is None or self.done:
+            return False
+        return now - self.last_change > self.timeout()
 
 
 def _dump_stacks(ft_dir: Path, run_dir: Path, ranks: list[dict[str, Any]], stamp: str) -> Path:
@@ -460,6 +468,22 @@ def _kill_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _kill_all(child_pid: int, ranks: list[dict[str, Any]]) -> None:
+    """SIGKILL the command and every rank: torchrun starts its workers in sessions of their own."""
+    _kill_group(child_pid, signal.SIGKILL)
+    for r in ranks:
+        try:
+            pgid = os.getpgid(int(r["pid"]))
+        except (ProcessLookupError, PermissionError, KeyError, ValueError):
+            continue
+        if pgid != os.getpgrp():
+            _kill_group(pgid, signal.SIGKILL)
+        try:
+            os.kill(int(r["pid"]), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def supervise(command: list[str], run_dir: str | os.PathLike | None = None, poll_s: float = 0.5) -> int:
@@ -526,13 +550,13 @@ def supervise(command: list[str], run_dir: str | os.PathLike | None = None, poll
             if watch.stalled(now):
                 stalled = True
                 _report_stall(watch, ft_dir, run)
-                _kill_group(child.pid, signal.SIGKILL)
+                _kill_all(child.pid, watch.ranks())
                 child.wait()
                 code = STALL_EXIT
                 break
     finally:
         if child.poll() is None:
-            _kill_group(child.pid, signal.SIGKILL)
+            _kill_all(child.pid, watch.ranks())
             child.wait()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

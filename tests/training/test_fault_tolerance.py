@@ -190,3 +190,92 @@ def test_a_kill_in_the_middle_of_a_save_leaves_a_checkpoint_the_entrypoint_skips
     assert f"resuming from checkpoint {output_dir / 'checkpoint-2'}" in relaunch.log
     final = _state(output_dir / "checkpoint-6")
     assert [e["step"] for e in final["log_history"] if "loss" in e] == [1, 2, 3, 4, 5, 6]
+
+
+def _two_ranks(trainer: Trainer, step: int) -> None:
+    trainer.wait_for(lambda: len(trainer.ranks()) == 2 and min(r["step"] for r in trainer.ranks()) >= step,
+                     what=f"both ranks at step {step}")  # fmt: skip
+
+
+def test_a_rank_stopped_with_sigstop_is_caught_its_stacks_and_the_others_saved_and_the_pod_exits_to_restart(
+    sft_plan, tmp_path
+):
+    """2 CPU ranks (gloo, through accelerate launch as rendered for 2 GPUs); rank 1 is stopped. The
+    derived timeout (floor 5 s here; 5 x the slowest step) fires, both ranks' stacks are written."""
+    manifests = sft_plan("t-stall", gpu=2)
+    run_dir = tmp_path / "volume" / "t-stall"
+    env = {"CW_STALL_FLOOR": "5", "CW_TEST_STEP_SLEEP": "0.3"}
+    trainer = Trainer(manifests, tmp_path / "volume", tmp_path / "run1", {}, env)
+    _two_ranks(trainer, 6)
+    victim = next(r for r in trainer.ranks() if r["rank"] == 1)
+    os.kill(victim["pid"], signal.SIGSTOP)
+    stopped = time.monotonic()
+    code = trainer.join()
+    detected = time.monotonic() - stopped
+    assert code == 75, trainer.log[-5000:]
+    stall = json.loads((run_dir / ".cw" / "stall.json").read_text())
+    assert stall["ranks"] == [0, 1] and stall["timeout_derived"] and stall["timeout_s"] >= 5
+    assert detected <= stall["timeout_s"] + 15, (detected, stall)  # + polling, the stack dump, the kill
+    for rank in (0, 1):
+        stacks = (run_dir / stall["stacks"] / f"rank-{rank}.txt").read_text()
+        assert "most recent call first" in stacks and "File " in stacks, stacks
+    assert "stalled since" in trainer.log and f"stacks in {run_dir / stall['stacks']}" in trainer.log
+    for rank in trainer.ranks():
+        with pytest.raises(ProcessLookupError):
+            os.kill(rank["pid"], 0)
+    print(f"\nstall: SIGSTOP to exit 75 in {detected:.1f}s (timeout {stall['timeout_s']}s); {stall}")
+
+
+def test_a_healthy_run_with_slow_steps_raises_no_alarm(sft_plan, tmp_path):
+    """Steps of 2 s against a floor of 1 s: the timeout follows the run's own steps."""
+    manifests = sft_plan("t-slow", gpu=2)
+    env = {"CW_STALL_FLOOR": "1", "CW_TEST_STEP_SLEEP": "2"}
+    trainer = Trainer(manifests, tmp_path / "volume", tmp_path / "run1", {"max_steps": 8, "save_steps": 4}, env)
+    assert trainer.join() == 0, trainer.log[-5000:]
+    assert not (tmp_path / "volume" / "t-slow" / ".cw" / "stall.json").exists()
+    assert "stalled" not in trainer.log
+
+
+def test_cw_local_stops_with_a_checkpoint_on_sigterm_and_the_same_name_resumes(tiny_model, sft_dataset, tmp_path):
+    """`cw trl sft CONFIG --local`, SIGTERM to cw itself (as a user tries it on a laptop)."""
+    import subprocess
+
+    def launch(max_steps: int, temp: Path) -> subprocess.Popen:
+        sets = {**CPU, "model_name_or_path": tiny_model, "dataset_name": sft_dataset, "max_steps": max_steps,
+                "use_cpu": "true", "bf16": "false", "checkpoint_volume": "null", "secrets": "{}"}  # fmt: skip
+        args = [sys.executable, "-m", "cw_cli", "trl", "sft", str(CONFIGS_DIR / "trl-sft.yaml"), "--local", "--name", "t-local"]
+        for key, value in sets.items():
+            args += ["--set", f"{key}={value}"]
+        temp.mkdir()
+        env = {**os.environ, **OFFLINE_ENV, "TMPDIR": str(temp), "PYTHONPATH": str(HOOKS), "CW_TEST_STEP_SLEEP": "0.5"}
+        return subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def step(temp: Path) -> int:
+        found = [json.loads(p.read_text()) for p in temp.glob("cw-ft-*/ranks/rank-*.json")]
+        return max((r["step"] for r in found), default=-1)
+
+    cw = launch(16, tmp_path / "tmp1")
+    target = random.randint(3, 10)
+    deadline = time.monotonic() + 300
+    while step(tmp_path / "tmp1") < target:
+        assert cw.poll() is None and time.monotonic() < deadline, cw.communicate()[0][-5000:]
+        time.sleep(0.1)
+    seen = step(tmp_path / "tmp1")
+    signalled = time.monotonic()
+    cw.send_signal(signal.SIGTERM)
+    output, _ = cw.communicate(timeout=300)
+    to_exit = time.monotonic() - signalled
+    assert cw.returncode == 130, output[-5000:]  # cw's exit code for an interrupted command
+    output_dir = tmp_path / "cw-local" / "t-local" / "t-local"
+    checkpoint = _entrypoint().latest_checkpoint(output_dir)
+    assert checkpoint is not None, output[-5000:]
+    saved = _state(checkpoint)["global_step"]
+    assert seen <= saved <= seen + 1 and (checkpoint / ".cw-complete").is_file(), (seen, saved)
+
+    again = launch(16, tmp_path / "tmp2")  # the same command: the same config
+    output, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, output[-5000:]
+    assert f"resuming from checkpoint {checkpoint}" in output, output[-5000:]
+    final = _state(output_dir / "checkpoint-16")
+    assert [e["step"] for e in final["log_history"] if "loss" in e] == list(range(1, 17))
+    print(f"\ncw --local: SIGTERM at step {seen}, checkpoint-{saved}, cw exited {to_exit:.1f}s later")

@@ -25,9 +25,12 @@ def _stall(state_step):
         time.sleep(60)
 
 
-if _SLEEP or _SLOW_AT:
+try:  # only the trainer's processes see cw_fault (cw's own CLI process does not)
     import cw_fault
+except ImportError:
+    cw_fault = None
 
+if cw_fault is not None and (_SLEEP or _SLOW_AT):
     _original_attach = cw_fault.attach
 
     def attach(trainer):
