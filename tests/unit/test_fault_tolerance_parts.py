@@ -1,0 +1,153 @@
+"""The pure parts of cw's pod-side fault tolerance (cw_fault.py, cw_entrypoint.py) and the fields
+that reach the pods: the stall timeout and its floor, the ranks' agreement (a real gloo all-reduce
+across two processes), which checkpoint is complete, the sitecustomize shim, the grace period and
+stall timeout in the rendered Job and JobSet."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from unit_helpers import container, env_map, plan_for, pod_spec, write_config
+
+from cw_cli.errors import ConfigError
+
+RUNTIME = Path(__file__).resolve().parents[2] / "cw_cli" / "runtime"
+sys.path.insert(0, str(RUNTIME))
+import cw_entrypoint  # noqa: E402
+import cw_fault  # noqa: E402
+
+SFT = {"model_name_or_path": "m", "dataset_name": "d"}
+
+
+def test_the_stall_timeout_has_a_floor_and_follows_the_runs_own_steps():
+    assert cw_fault.stall_timeout([], 30.0) == 600  # the default floor
+    assert cw_fault.stall_timeout([2.0, 2.0, 3.0], 500.0, floor_s=1) == 15  # 5 x the slowest step
+    # Before three steps the time to the first one (model loading included) stands in for a step.
+    assert cw_fault.stall_timeout([2.0], 40.0, floor_s=1) == 200
+    assert cw_fault.stall_timeout([2.0, 2.0, 3.0], 500.0, floor_s=60) == 60
+    assert cw_fault.stall_timeout([2.0, 2.0, 3.0], 500.0, floor_s=60, explicit_s=12) == 12  # stall_timeout wins
+
+
+@given(
+    st.lists(st.floats(0.0, 1e5), max_size=20),
+    st.floats(0.0, 1e5),
+    st.floats(0.0, 1e4),
+    st.floats(0.0, 1e5),
+)
+def test_the_derived_timeout_is_never_below_the_floor_nor_below_five_slowest_steps(intervals, first, floor, extra):
+    timeout = cw_fault.stall_timeout(intervals, first, floor_s=floor)
+    assert timeout >= floor
+    if len(intervals) >= cw_fault.MIN_INTERVALS:
+        assert timeout >= cw_fault.STALL_FACTOR * max(intervals)
+        # a slower step never shortens the timeout
+        assert cw_fault.stall_timeout([*intervals, extra], first, floor_s=floor) >= timeout
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=64))
+def test_the_ranks_stop_when_any_rank_was_asked(flags):
+    assert cw_fault.agree(flags) == any(flags)
+
+
+_AGREE = """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import torch.distributed as dist
+import cw_fault
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo", rank=rank, world_size=2)
+state = cw_fault._RankState.__new__(cw_fault._RankState)
+state.folder = cw_fault.Path(sys.argv[2]) / f"r{rank}"
+state.folder.mkdir(parents=True, exist_ok=True)
+state.signalled, state.group, state.group_ready = False, None, False
+if rank == int(sys.argv[3]):
+    (state.folder / cw_fault.STOP_FILE).write_text("stop")
+print(int(state.agreed_stop()), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("asking", [1, -1])
+def test_two_gloo_ranks_agree_on_the_stop_when_one_was_asked(tmp_path, asking):
+    """Rank 1 alone finds the stop file: both ranks stop (all-reduce MAX); nobody asked: nobody stops."""
+    port = 29500 + os.getpid() % 1000 + (asking + 1)
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "CUDA_VISIBLE_DEVICES": ""}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _AGREE, str(RUNTIME), str(tmp_path), str(asking)],
+                         env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        for rank in (0, 1)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert [out.strip() for out, _ in outputs] == (["1", "1"] if asking >= 0 else ["0", "0"])
+
+
+def _checkpoint(root: Path, step: int, state: bool = True, marker: bool = False) -> Path:
+    folder = root / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    if state:
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    if marker:
+        (folder / cw_fault.COMPLETE_MARKER).write_text("{}")
+    return folder
+
+
+def test_a_checkpoint_without_cws_marker_is_skipped_once_the_folder_has_marked_ones(tmp_path):
+    assert cw_entrypoint.COMPLETE_MARKER == cw_fault.COMPLETE_MARKER
+    two = _checkpoint(tmp_path, 2, marker=True)
+    _checkpoint(tmp_path, 4)  # trainer_state.json written, the other ranks not done: no marker
+    _checkpoint(tmp_path, 6, state=False)
+    assert cw_entrypoint.latest_checkpoint(tmp_path) == two
+
+
+def test_checkpoints_written_without_cw_fault_are_judged_by_trainer_state_as_before(tmp_path):
+    _checkpoint(tmp_path, 2)
+    four = _checkpoint(tmp_path, 4)
+    _checkpoint(tmp_path, 6, state=False)
+    assert cw_entrypoint.latest_checkpoint(tmp_path) == four
+
+
+def test_the_shim_activates_cw_fault_and_still_runs_the_images_own_sitecustomize(tmp_path):
+    shim, image = tmp_path / "shim", tmp_path / "image"
+    shim.mkdir()
+    image.mkdir()
+    (shim / "sitecustomize.py").write_text(cw_fault.SHIM)
+    (image / "sitecustomize.py").write_text("import builtins\nbuiltins.IMAGE_SITECUSTOMIZE = True\n")
+    probe = "import builtins, sys; print(getattr(builtins, 'IMAGE_SITECUSTOMIZE', False), type(sys.meta_path[0]).__name__)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), str(RUNTIME), str(image)])}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["True", "_Finder"], done.stdout + done.stderr
+
+
+def test_a_trainer_pod_gets_the_grace_period_and_no_stall_timeout_by_default(tmp_path):
+    plan = plan_for("trl", "sft", write_config(tmp_path, SFT))
+    job = plan.manifests[0]
+    assert pod_spec(job)["terminationGracePeriodSeconds"] == 300
+    assert "CW_STALL_TIMEOUT" not in env_map(container(job, "trainer"))
+
+
+def test_grace_period_and_stall_timeout_reach_the_job_and_the_jobsets_pods(tmp_path):
+    config = write_config(tmp_path, {**SFT, "grace_period": 900, "stall_timeout": 1200})
+    job = plan_for("trl", "sft", config).manifests[0]
+    assert pod_spec(job)["terminationGracePeriodSeconds"] == 900
+    assert env_map(container(job, "trainer"))["CW_STALL_TIMEOUT"] == "1200"
+    jobset = plan_for("trl", "sft", config, nodes=2, jobset_available=True).manifests[0]
+    trainer = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "trainer")["template"]["spec"]
+    assert trainer["template"]["spec"]["terminationGracePeriodSeconds"] == 900
+    assert env_map(trainer["template"]["spec"]["containers"][0])["CW_STALL_TIMEOUT"] == "1200"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("grace_period", 0), ("grace_period", True), ("stall_timeout", 5), ("stall_timeout", "soon")],
+)
+def test_bad_grace_period_or_stall_timeout_is_refused_naming_the_field(tmp_path, field, value):
+    with pytest.raises(ConfigError) as error:
+        plan_for("trl", "sft", write_config(tmp_path, {**SFT, field: value}))
+    assert field in str(error.value) + " ".join(getattr(error.value, "issues", []) or [])
