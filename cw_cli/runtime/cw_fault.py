@@ -279,7 +279,8 @@ def callback_class() -> Any:
             self.cw.heartbeat(state.global_step)
             if self.cw.stopping:
                 if state.is_world_process_zero:
-                    _write_json(self.cw.folder / STOPPED_FILE, {"step": state.global_step, "checkpoint": str(checkpoint)})
+                    record = {"step": state.global_step, "checkpoint": str(checkpoint), "time": time.time()}
+                    _write_json(self.cw.folder / STOPPED_FILE, record)
                 self.cw.barrier()
                 _say(f"rank {self.cw.rank()}: checkpoint {checkpoint} is complete; exiting to be resumed")
                 raise SystemExit(0)  # skips the script's final save: the run is not finished
@@ -518,8 +519,11 @@ def supervise(command: list[str], run_dir: str | os.PathLike | None = None, poll
 
     requests: list[tuple[int, float]] = []
 
+    signalled_wall = [0.0]
+
     def on_signal(signum: int, frame: object) -> None:
         requests.append((signum, time.monotonic()))
+        signalled_wall[0] = signalled_wall[0] or time.time()
         if len(requests) == 1 and watch.ranks():  # at once: the ranks look at each step end
             (ft_dir / STOP_FILE).write_text("stop\n", encoding="utf-8")
 
@@ -527,7 +531,6 @@ def supervise(command: list[str], run_dir: str | os.PathLike | None = None, poll
     child = subprocess.Popen(command, env=env, start_new_session=True)
     handled = 0
     stalled = False
-    stop_at: float | None = None
     try:
         while True:
             try:
@@ -537,7 +540,7 @@ def supervise(command: list[str], run_dir: str | os.PathLike | None = None, poll
                 pass
             now = time.monotonic()
             while handled < len(requests):
-                signum, stop_at = requests[handled]
+                signum, _ = requests[handled]
                 handled += 1
                 if handled == 1 and (ft_dir / STOP_FILE).exists():
                     _say(f"{signal.Signals(signum).name}: the ranks stop at the next step end and save a checkpoint")
@@ -561,10 +564,16 @@ def supervise(command: list[str], run_dir: str | os.PathLike | None = None, poll
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     stopped = ft_dir / STOPPED_FILE
-    if not stalled and stop_at is not None and code == 0 and stopped.exists():
+    # The ranks stopped early (asked here, or a rank got SIGTERM itself): not a finished run.
+    if not stalled and code == 0 and stopped.exists():
         record = json.loads(stopped.read_text(encoding="utf-8"))
-        _say(f"stopped at step {record['step']} with a complete checkpoint {record['checkpoint']}, "
-             f"{time.monotonic() - stop_at:.1f} s after the signal; a relaunch resumes from it")  # fmt: skip
+        timing = ""
+        if requests:
+            saved_s = float(record.get("time", signalled_wall[0])) - signalled_wall[0]
+            timing = (f" (complete {saved_s:.1f} s after the signal, the command ended after "
+                      f"{time.monotonic() - requests[0][1]:.1f} s)")  # fmt: skip
+        _say(f"stopped at step {record['step']} with a complete checkpoint {record['checkpoint']}{timing}; "
+             "a relaunch resumes from it")  # fmt: skip
         code = STOPPED_EXIT
     shutil.rmtree(ft_dir, ignore_errors=True)
     return 128 - code if code < 0 else code

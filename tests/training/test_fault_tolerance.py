@@ -133,16 +133,18 @@ def _first_step_after(trainer: Trainer, start: float) -> float:
     raise AssertionError(f"no step logged:\n{trainer.log[-3000:]}")
 
 
+@pytest.mark.parametrize("ranks", [1, 2])
 def test_sigterm_stops_every_rank_at_the_next_step_with_a_complete_checkpoint_and_a_relaunch_resumes(
-    sft_plan, tmp_path
+    sft_plan, tmp_path, ranks
 ):
-    manifests = sft_plan("t-term")
+    """1 process, and 2 CPU ranks (gloo) through accelerate launch as rendered for 2 GPUs."""
+    manifests = sft_plan("t-term", gpu=0 if ranks == 1 else ranks)
     checkpoints = tmp_path / "volume"
     output_dir = checkpoints / "t-term"
     target = random.randint(3, 12)
     # Steps of half a second (on a GPU a step takes seconds): "the next step" is then well defined.
     trainer = Trainer(manifests, checkpoints, tmp_path / "run1", {}, {"CW_TEST_STEP_SLEEP": "0.5"})
-    trainer.wait_for(lambda: trainer.step() >= target, what=f"step {target}")
+    trainer.wait_for(lambda: len(trainer.ranks()) == ranks and trainer.step() >= target, what=f"step {target}")
     seen = trainer.step()
     signalled = time.monotonic()
     os.kill(trainer.runner.process.pid, signal.SIGTERM)  # the kubelet signals PID 1 only
@@ -156,6 +158,7 @@ def test_sigterm_stops_every_rank_at_the_next_step_with_a_complete_checkpoint_an
     assert (checkpoint / ".cw-complete").is_file() and (checkpoint / "optimizer.pt").is_file()
     assert not (output_dir / "config.json").exists(), "the final model was saved although training was cut short"
     assert f"stopped at step {step} with a complete checkpoint" in trainer.log
+    assert trainer.log.count(f"stop requested: saving a checkpoint at step {step}") == ranks  # every rank, one step
 
     relaunch = Trainer(manifests, checkpoints, tmp_path / "run2", {"max_steps": step + 3})
     assert relaunch.join() == 0, relaunch.log[-5000:]
@@ -163,8 +166,9 @@ def test_sigterm_stops_every_rank_at_the_next_step_with_a_complete_checkpoint_an
     assert f"resuming from checkpoint {checkpoint}" in relaunch.log
     final = _state(output_dir / f"checkpoint-{step + 3}")
     assert [e["step"] for e in final["log_history"] if "loss" in e] == list(range(1, step + 4))
-    print(f"\nSIGTERM at step {seen} (target {target}): checkpoint-{step}, exit 143 {to_exit:.1f}s after the signal; "
+    print(f"\n{ranks} rank(s): SIGTERM at step {seen} (target {target}): checkpoint-{step}, exit 143 {to_exit:.1f}s after; "
           f"relaunch to first resumed step {resumed:.1f}s")  # fmt: skip
+    print(next(line for line in trainer.log.splitlines() if "stopped at step" in line))
 
 
 @pytest.mark.parametrize("point", ["rng", "after_state"])
@@ -279,3 +283,15 @@ def test_cw_local_stops_with_a_checkpoint_on_sigterm_and_the_same_name_resumes(t
     final = _state(output_dir / "checkpoint-16")
     assert [e["step"] for e in final["log_history"] if "loss" in e] == list(range(1, 17))
     print(f"\ncw --local: SIGTERM at step {seen}, checkpoint-{saved}, cw exited {to_exit:.1f}s later")
+
+
+def test_sigterm_to_a_rank_itself_also_ends_in_a_checkpoint_and_the_restart_code(sft_plan, tmp_path):
+    """A user's `kill <trainer pid>` (or a launcher forwarding SIGTERM): the rank's own handler asks."""
+    manifests = sft_plan("t-rank")
+    trainer = Trainer(manifests, tmp_path / "volume", tmp_path / "run1", {}, {"CW_TEST_STEP_SLEEP": "0.5"})
+    trainer.wait_for(lambda: trainer.step() >= 3, what="step 3")
+    seen = trainer.step()
+    os.kill(trainer.ranks()[0]["pid"], signal.SIGTERM)
+    assert trainer.join() == 143, trainer.log[-5000:]
+    checkpoint = _entrypoint().latest_checkpoint(tmp_path / "volume" / "t-rank")
+    assert checkpoint is not None and seen <= _state(checkpoint)["global_step"] <= seen + 1
