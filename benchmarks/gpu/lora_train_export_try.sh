@@ -11,17 +11,7 @@ OUT=${OUT:-/tmp/cw-bench-out}
 WORK=${WORK:-/tmp/cw-bench}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-pip_s=""
-if [ -z "${SKIP_PIP:-}" ]; then
-  t0=$(date +%s.%N)
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
-  # datasets 5.x wants pyarrow>=24 and fsspec<=2026.9; if the image's do not import with it, 4.8 (pyarrow>=21).
-  if ! python3 -c "import datasets" 2>/dev/null; then
-    echo "[bench] datasets $(ls .whl/*datasets*) does not import here; using .whl/fallback/"
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/fallback/*.whl
-  fi
-  pip_s=$(python3 -c "import time; print(round(time.time() - $t0, 3))")
-fi
+# shellcheck source=benchmarks/gpu/carried_wheels.sh
+source "$(dirname "$0")/carried_wheels.sh"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>/dev/null || true
 python3 benchmarks/gpu/lora_train_export_try.py --work "$WORK" --out "$OUT" ${pip_s:+--pip-seconds $pip_s} "$@"

@@ -5,7 +5,8 @@ as cw rendered it. Python imports ``sitecustomize`` at start-up; this one waits 
 ``transformers.trainer`` is imported (a meta-path finder), then wraps ``Trainer.__init__`` to add
 the callback. The callback writes, at the end of training: each optimizer step's wall time (CUDA
 synchronised), the trainer's log history (TRL logs ``num_tokens``, the input tokens seen so far),
-the parameter counts, and torch's peak allocated/reserved GPU memory.
+the parameter counts, and torch's peak allocated/reserved GPU memory. With CW_BENCH_STEP_LOG=<file>,
+rank 0 also appends one JSON line per optimizer step (step, wall-clock time) as it goes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def _install(module) -> None:
     from transformers import TrainerCallback
 
     path = os.environ["CW_BENCH_STATS"]
+    steps_path = os.environ.get("CW_BENCH_STEP_LOG")
 
     class BenchCallback(TrainerCallback):
         def __init__(self) -> None:
@@ -43,6 +45,9 @@ def _install(module) -> None:
 
         def on_step_end(self, args, state, control, **kwargs):
             self.step_ends.append(self._sync())
+            if steps_path and state.is_world_process_zero:  # live progress for benchmarks/gpu/warned_fault.py
+                with open(steps_path, "a", encoding="utf-8") as handle:
+                    handle.write(json.dumps({"step": state.global_step, "time": time.time()}) + "\n")
 
         def on_train_end(self, args, state, control, **kwargs):
             cuda = torch.cuda.is_available()
