@@ -13,7 +13,8 @@ from cw_cli.labels import TRAINER
 
 if TYPE_CHECKING:
     from cw_cli.config.yaml_source import YamlSource
-    from cw_cli.estimate.from_config import DescribesTraining, RunEstimate
+    from cw_cli.estimate.describes_training import DescribesTraining
+    from cw_cli.estimate.from_config import RunEstimate
     from cw_cli.frameworks.registry import FrameworkRegistry
     from cw_cli.types import RunConfig, TrainingType
 

@@ -3,7 +3,8 @@
 :func:`estimate_run` ties three readers together, each pure apart from reading local files (and,
 only when asked, one hub download):
 
-- the framework's own ``training_setup`` (any :class:`DescribesTraining`: every built-in in its
+- the framework's own ``training_setup`` (any
+  :class:`~cw_cli.estimate.describes_training.DescribesTraining`: every built-in in its
   package, e.g. ``cw_cli/frameworks/trl/setup.py``, and any plugin that implements it) reads its
   config and cw's cluster fields into a :class:`~cw_cli.estimate.native_setup.RunSetup`: a
   :class:`~cw_cli.estimate.memory.TrainingSetup` and an optional
@@ -33,7 +34,6 @@ from msgspec.structs import asdict, replace
 from cw_cli.config.local_files import check_shippable
 from cw_cli.config.options import EstimateOptions
 from cw_cli.errors import ConfigError
-from cw_cli.estimate.describes_training import DescribesTraining
 from cw_cli.estimate.gpu_memory import GpuChoice, given_gpu_memory, resolve_gpu_memory
 from cw_cli.estimate.model_config import check_model_config, find_model_config
 from cw_cli.estimate.suggested_changes import applies, config_changes
@@ -42,6 +42,7 @@ from cw_cli.types import TrainingType
 
 if TYPE_CHECKING:  # types only: a launch whose model is not found here never loads the memory model
     from cw_cli.config.models import ClusterSpec
+    from cw_cli.estimate.describes_training import DescribesTraining
     from cw_cli.estimate.fit import Suggestion, Verdict
     from cw_cli.estimate.memory import Estimate, TrainingSetup
     from cw_cli.estimate.native_setup import RunSetup
