@@ -22,6 +22,7 @@ import re
 import sys
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+COMPLETE_MARKER = ".cw-complete"  # cw_fault.COMPLETE_MARKER: every rank finished the checkpoint
 #: The largest config file read (a model's config.json is a few KB).
 _CONFIG_MAX = 1 << 20
 _WEIGHTS = re.compile(r"^(model.*\.safetensors|pytorch_model.*\.bin|adapter_model\.(safetensors|bin))$")
@@ -100,6 +101,8 @@ def list_artifacts(run_dir: str) -> dict:
     artifacts: list[dict] = []
     last_state: dict = {}
     names = sorted(os.listdir(run_dir), key=lambda n: int(m.group(1)) if (m := _CHECKPOINT.match(n)) else -1)
+    # cw_fault marks each checkpoint all ranks finished (cw_entrypoint's rule): where any is marked, all must be.
+    marked = any(_CHECKPOINT.match(n) and os.path.isfile(os.path.join(run_dir, n, COMPLETE_MARKER)) for n in names)
     for name in names:
         match = _CHECKPOINT.match(name)
         folder = os.path.join(run_dir, name)
@@ -110,7 +113,7 @@ def list_artifacts(run_dir: str) -> dict:
                 state = json.load(handle)
         except (OSError, ValueError, RecursionError):  # one unreadable checkpoint never hides the others
             state = None
-        complete = isinstance(state, dict)
+        complete = isinstance(state, dict) and (not marked or os.path.isfile(os.path.join(folder, COMPLETE_MARKER)))
         state = state if complete else {}
         last_state = state or last_state
         artifacts.append(_entry(folder, "checkpoint", int(match.group(1)), complete, _metrics(state, int(match.group(1)))))

@@ -49,6 +49,7 @@ WEIGHT_PATTERNS = ("model.safetensors", "model-*.safetensors", "model.safetensor
                    "pytorch_model.bin.index.json")  # fmt: skip
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 #: What a checkpoint holds besides the model: never part of an export.
+COMPLETE_MARKER = ".cw-complete"  # cw_fault.COMPLETE_MARKER
 TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin")
 MODEL_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                "special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja",
@@ -104,14 +105,18 @@ def has_model(folder: Path) -> bool:
 def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """The run's complete ``checkpoint-N`` folders, oldest first."""
     found = []
-    for child in run_dir.iterdir() if run_dir.is_dir() else []:
+    folders = [c for c in (run_dir.iterdir() if run_dir.is_dir() else []) if _CHECKPOINT.match(c.name) and c.is_dir()]
+    # cw_fault marks each checkpoint all ranks finished (cw_entrypoint's rule): where any is marked, all must be.
+    marked = any((child / COMPLETE_MARKER).is_file() for child in folders)
+    for child in folders:
         match = _CHECKPOINT.match(child.name)
-        if not (match and child.is_dir()):
-            continue
+        assert match is not None
         try:
             json.loads((child / "trainer_state.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # being written, or interrupted while saving
+        if marked and not (child / COMPLETE_MARKER).is_file():
+            continue  # cut short after trainer_state.json, before every rank was done
         found.append((int(match.group(1)), child))
     return sorted(found)
 

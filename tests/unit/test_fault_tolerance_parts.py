@@ -151,3 +151,17 @@ def test_bad_grace_period_or_stall_timeout_is_refused_naming_the_field(tmp_path,
     with pytest.raises(ConfigError) as error:
         plan_for("trl", "sft", write_config(tmp_path, {**SFT, field: value}))
     assert field in str(error.value) + " ".join(getattr(error.value, "issues", []) or [])
+
+
+def test_export_and_artifacts_follow_the_same_complete_checkpoint_rule(tmp_path):
+    import cw_artifacts
+    import cw_export
+
+    assert cw_export.COMPLETE_MARKER == cw_artifacts.COMPLETE_MARKER == cw_fault.COMPLETE_MARKER
+    _checkpoint(tmp_path, 2, marker=True)
+    _checkpoint(tmp_path, 4)  # cut short after trainer_state.json
+    assert [step for step, _ in cw_export.complete_checkpoints(tmp_path)] == [2]
+    listed = {a["step"]: a["complete"] for a in cw_artifacts.list_artifacts(str(tmp_path))["artifacts"]}
+    assert listed == {2: True, 4: False}
+    (tmp_path / "checkpoint-2" / cw_fault.COMPLETE_MARKER).unlink()  # a run without cw_fault: as before
+    assert [step for step, _ in cw_export.complete_checkpoints(tmp_path)] == [2, 4]
