@@ -26,3 +26,24 @@ def test_the_trainer_pod_gets_the_grace_period_and_the_stall_timeout(session, tm
     assert {e["name"]: e.get("value") for e in trainer["env"]}["CW_STALL_TIMEOUT"] == "900"
     data = session.kube.get("ConfigMap", "graceful-config")["data"]
     assert {"cw_entrypoint.py", "cw_fault.py"} <= set(data)
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_a_pod_that_stopped_with_a_checkpoint_is_replaced_without_failing_the_job(session, tmp_path, wait_for, nodes):
+    """Exit 143 (every rank stopped on SIGTERM after a complete checkpoint) is replaced and not
+    counted, even with backoff_limit 0 and in a multi-node Job, where any other exit fails the Job;
+    the real Job controller applies the rendered podFailurePolicy (KWOK fails the pods with 143)."""
+    name = f"stopped-{nodes}"
+    config = {**SFT_CONFIG, "backoff_limit": 0, "jobset": False, "nodes": nodes,
+              "annotations": {"kwok.cw/exit-code": "143"}}  # fmt: skip
+    session.submit(session.plan(config, "trl", "sft", name=name, gpu=1, base_dir=tmp_path))
+    kube = session.kube
+
+    def replaced() -> bool:
+        pods = kube.list("Pod", f"cw-cli.dev/run={name}")
+        return sum(p["status"].get("phase") == "Failed" for p in pods) >= nodes and len(pods) > nodes
+
+    wait_for(replaced, timeout=90, what=f"the {nodes} stopped pod(s) failed with 143 and replaced")
+    job = kube.get("Job", f"{name}-trainer")
+    assert not any(c["type"] == "Failed" and c["status"] == "True" for c in job["status"].get("conditions") or []), job["status"]
+    assert not job["status"].get("failed"), job["status"]  # ignored: not counted against backoffLimit
