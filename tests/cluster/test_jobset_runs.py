@@ -191,3 +191,22 @@ def test_without_a_queue_cw_releases_the_jobset_and_waits_for_its_servers(gang_n
     assert "started JobSet released" in result.stderr
     assert "service released-server is Ready" in result.stderr and "service released-reward is Ready" in result.stderr
     assert _condition(_jobset(api, namespace, "released"), "Completed")
+
+
+def test_a_rank_that_stopped_with_a_checkpoint_restarts_the_gang_without_using_up_max_restarts(
+    gang_namespace, tmp_path, wait_for
+):
+    """Exit 143 (cw_fault: every rank stopped on SIGTERM after a complete checkpoint) counts as a
+    disruption: the gang restarts, and with max_restarts 0 the run still completes."""
+    api, env, namespace = gang_namespace
+    _launch_two_nodes(env, namespace, tmp_path, "stopped", max_restarts=0)
+    victim = wait_for(lambda: _rank_pod(api, namespace, "stopped", "1"), 60, what="rank 1 to run")
+    client.CoreV1Api(api).patch_namespaced_pod(victim.metadata.name, namespace, {"metadata": {"annotations": {
+        "kwok.cw/exit-code": "143", "pod-complete.stage.kwok.x-k8s.io/delay": "1s"}}})  # fmt: skip
+    wait_for(lambda: (_jobset(api, namespace, "stopped")["status"].get("restarts") or 0) >= 1, 60,
+             what="the gang to restart after the stop")  # fmt: skip
+    finished = wait_for(lambda: next((kind for kind in ("Completed", "Failed")
+                                      if _condition(_jobset(api, namespace, "stopped"), kind)), None), 90,
+                        what="the run to finish")  # fmt: skip
+    assert finished == "Completed"  # "Failed" if the stop had counted against max_restarts: 0
+    assert not _jobset(api, namespace, "stopped")["status"].get("restartsCountTowardsMax")

@@ -61,12 +61,15 @@ def test_gang_restarts_come_from_the_config_and_disruptions_do_not_count(two_nod
     [rule] = policy["rules"]
     assert rule["action"] == "RestartJobSetAndIgnoreMaxRestarts"
     assert rule["onJobFailureReasons"] == ["PodFailurePolicy"]
-    # Only a disruption fails a Job through its pod failure policy; any other failure is the
-    # backoff limit (0), which restarts the gang and counts against maxRestarts.
+    # Only a disruption (or exit 143: stopped on SIGTERM with a checkpoint) fails a Job through its pod
+    # failure policy; any other failure is the backoff limit (0), which counts against maxRestarts.
     job = _replicated(jobset, "trainer")["template"]["spec"]
     assert job["backoffLimit"] == 0
     assert job["podFailurePolicy"] == {
-        "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+        "rules": [
+            {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]},
+            {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [143]}},
+        ]
     }
 
 

@@ -32,7 +32,14 @@ GROUP_VERSION_PATH = "/apis/jobset.x-k8s.io/v1alpha2"
 DISRUPTION_REASON = "PodFailurePolicy"
 #: The DisruptionTarget rule every replicated Job carries: a disrupted pod fails its Job at once
 #: (with reason PodFailurePolicy), and the JobSet restarts the gang without counting it.
-_DISRUPTION_FAILS_JOB = {"rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+_DISRUPTION_FAILS_JOB = {
+    "rules": [
+        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]},
+        # Exit 143: a trainer stopped on SIGTERM with a complete checkpoint (cw_fault.py, issue 34), as
+        # the ranks of a disrupted pod's gang do; a server ended by SIGTERM. The same uncounted restart.
+        {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [143]}},
+    ]
+}
 
 
 def trainer_address(run_name: str) -> str:
