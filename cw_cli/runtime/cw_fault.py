@@ -122,6 +122,11 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _mkdirs(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def _utc(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
@@ -504,7 +509,10 @@ def supervise(command: list[str], run_dir: str | os.PathLike | None = None, poll
     import tempfile
 
     run = Path(run_dir or os.getcwd())
-    ft_dir = Path(tempfile.mkdtemp(prefix="cw-ft-"))
+    try:
+        ft_dir = Path(tempfile.mkdtemp(prefix="cw-ft-"))
+    except OSError:  # no writable temporary folder in the image: the run's folder is writable
+        ft_dir = Path(tempfile.mkdtemp(prefix="ft-", dir=_mkdirs(run / ".cw")))
     shim = ft_dir / "site"
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(SHIM, encoding="utf-8")

@@ -165,3 +165,20 @@ def test_export_and_artifacts_follow_the_same_complete_checkpoint_rule(tmp_path)
     assert listed == {2: True, 4: False}
     (tmp_path / "checkpoint-2" / cw_fault.COMPLETE_MARKER).unlink()  # a run without cw_fault: as before
     assert [step for step, _ in cw_export.complete_checkpoints(tmp_path)] == [2, 4]
+
+
+def test_the_supervisor_passes_the_commands_exit_code_and_works_without_a_writable_tmp(tmp_path, monkeypatch):
+    import tempfile
+
+    real = tempfile.mkdtemp
+
+    def no_tmp(suffix=None, prefix=None, dir=None):  # noqa: A002 - tempfile's own name
+        if dir is None:
+            raise PermissionError(13, "read-only file system", "/tmp")
+        return real(suffix, prefix, dir)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", no_tmp)
+    assert cw_fault.supervise([sys.executable, "-c", "raise SystemExit(7)"], tmp_path / "run") == 7
+    assert cw_fault.supervise([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+                              tmp_path / "run") == 137  # fmt: skip
+    assert not (tmp_path / "run" / ".cw" / "stall.json").exists()
