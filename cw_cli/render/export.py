@@ -21,6 +21,10 @@ from cw_cli.labels import COMPONENT_LABEL, EXPORT, GPU_RESOURCE
 from cw_cli.render.plan import CONTAINER_SECURITY, POD_SECURITY
 from cw_cli.render.templates import render_manifest
 
+# What `--to` may name, and fsspec's driver package per scheme: the pod-side script's own rules
+# (stdlib only), so cw refuses before it creates the Job exactly what the pod would refuse after.
+from cw_cli.runtime.cw_export import STORAGE_DRIVERS, destination_problem  # noqa: F401 - re-exported
+
 #: A Hub repository id as huggingface_hub's validate_repo_id accepts it, in ASCII: ``name`` or
 #: ``org/name``, each 1-96 of letters, digits, '-', '_', '.', starting and ending with a letter,
 #: digit or '_'; and never '--', '..' or a '.git' ending (checked beside it).
@@ -28,10 +32,6 @@ _REPO_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
 _REPO_ID = re.compile(rf"(?:{_REPO_PART}/)?{_REPO_PART}")
 #: Hours a finished export Job (and its log) is kept.
 EXPORT_TTL_HOURS = 72
-#: fsspec's driver package for each scheme ``--to`` takes (as cw_export.py's STORAGE_DRIVERS).
-STORAGE_DRIVERS = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-_SEGMENT = re.compile(r"[A-Za-z0-9!_.*'()=+,@~-]{1,255}")
 #: ``VAR=SECRET`` or ``VAR=SECRET:KEY`` (``--secret``): an environment variable from a Secret's key.
 _SECRET = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,127})=([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)(?::([-._A-Za-z0-9]{1,253}))?")
 #: Longest Job name: its pods carry it in the ``batch.kubernetes.io/job-name`` label (63 at most).
@@ -92,25 +92,6 @@ def repo_id_problem(repo: str) -> str | None:
         return "the Hub refuses '--' and '..' in a repository id"
     if repo.endswith(".git"):
         return "the Hub refuses a repository id ending in '.git'"
-    return None
-
-
-def destination_problem(url: str) -> str | None:
-    """Why ``--to URL`` cannot be written to (None for ``SCHEME://BUCKET[/PATH]`` of a known scheme).
-
-    The same rules as cw_export.py's, which checks again in the pod.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme not in STORAGE_DRIVERS:
-        return f"expected s3://BUCKET/PATH (or {', '.join(f'{s}://' for s in STORAGE_DRIVERS if s != 's3')})"
-    bucket, _, path = rest.partition("/")
-    if not _BUCKET.fullmatch(bucket) or ".." in bucket:
-        return f"bucket {bucket[:70]!r}: 3 to 63 lower-case letters, digits, '.' or '-'"
-    for segment in path.rstrip("/").split("/") if path.strip("/") else []:
-        if not _SEGMENT.fullmatch(segment) or segment in (".", ".."):
-            return f"path segment {segment[:70]!r}: letters, digits and !_.*'()=+,@~- only, never empty, '.' or '..'"
-    if len(rest) > 900:
-        return "longer than 900 characters"
     return None
 
 

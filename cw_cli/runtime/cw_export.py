@@ -58,9 +58,9 @@ NOTHING, EXISTS, UPLOAD = 2, 3, 4
 #: fsspec's driver package for each URL scheme ``--to`` takes (the export Job installs it).
 STORAGE_DRIVERS = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs"}
 #: A bucket (or container) name as S3, GCS and Azure all accept it: 3-63 of [a-z0-9.-], no '..'.
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 #: A key segment: printable, no '/', never '.' or '..' (each store treats those differently).
-_SEGMENT = re.compile(r"^[A-Za-z0-9!_.*'()=+,@~-]{1,255}$")
+_SEGMENT = re.compile(r"[A-Za-z0-9!_.*'()=+,@~-]{1,255}")
 #: Seconds between progress lines of a long upload.
 PROGRESS_EVERY_S = 30.0
 
@@ -80,17 +80,17 @@ def say(message: str) -> None:
 def destination_problem(url: str) -> str | None:
     """What is wrong with a ``--to`` URL (None when it is ``SCHEME://BUCKET[/PATH]`` with a known scheme).
 
-    cw checks the same rules before it creates the Job (``cw_cli/render/export.py``).
+    cw runs this same function before it creates the Job (``cw_cli/render/export.py`` imports it).
     """
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in STORAGE_DRIVERS:
         return f"expected s3://BUCKET/PATH (or {', '.join(f'{s}://' for s in STORAGE_DRIVERS if s != 's3')})"
     bucket, _, path = rest.partition("/")
-    if not _BUCKET.match(bucket) or ".." in bucket:
+    if not _BUCKET.fullmatch(bucket) or ".." in bucket:
         return f"bucket {bucket[:70]!r}: 3 to 63 lower-case letters, digits, '.' or '-'"
     segments = path.rstrip("/").split("/") if path.strip("/") else []
     for segment in segments:
-        if not _SEGMENT.match(segment) or segment in (".", ".."):
+        if not _SEGMENT.fullmatch(segment) or segment in (".", ".."):
             return f"path segment {segment[:70]!r}: letters, digits and !_.*'()=+,@~- only, never empty, '.' or '..'"
     if len(rest) > 900:
         return "longer than 900 characters"

@@ -134,19 +134,22 @@ def test_without_a_destination_nothing_is_installed():
     assert set(config_map["data"]) == {"cw_export.py"}
 
 
-def test_the_pod_checks_a_destination_as_cw_does():
-    """cw_export.py cannot import cw: its copy of the rules must agree with cw's."""
+def test_the_pod_checks_a_destination_with_cws_own_rules():
+    """cw checks `--to` with the pod-side script's function itself (one rule, not a copy), and that
+    script, loaded as the plain file the pod runs, refuses a trailing newline (`$` let one through)."""
     import importlib.util
 
     from cw_cli.frameworks.runtime_files import RUNTIME_DIR
+    from cw_cli.runtime import cw_export
 
+    assert destination_problem is cw_export.destination_problem
     spec = importlib.util.spec_from_file_location("cw_export_copy", RUNTIME_DIR / "cw_export.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    for url in ["s3://bucket/x", "gs://b.c.d/a/b/", "az://container", "s3://B/x", "s3://bucket/a//b", "http://x/y",
-                "abfss://con/x=1/y", "s3://a" * 30, "s3://bucket/" + "a" * 256, "s3://bu--ck/x", "s3://b..c/x"]:  # fmt: skip
-        assert (module.destination_problem(url) is None) == (destination_problem(url) is None), url
-    assert module.STORAGE_DRIVERS == __import__("cw_cli.render.export", fromlist=["x"]).STORAGE_DRIVERS
+    for url in ["s3://bucket/x\n", "s3://bucket\n", "s3://bucket\n/x", "gs://b.c.d/a\n/b"]:
+        assert module.destination_problem(url) is not None, url
+    for url in ["s3://bucket/x", "gs://b.c.d/a/b/", "az://container", "abfss://con/x=1/y"]:
+        assert module.destination_problem(url) is None, url
 
 
 # --------------------------------------------------------------------------- the property
