@@ -206,13 +206,11 @@ def load_config(
     Raises:
         ConfigError: Every problem of the config.
     """
-    from cw_cli.config.loader import FlagOverrides, load_run_config
+    from cw_cli.config.loader import load_run_config
 
     path, source = config_source(config, base_dir)
-    flags = FlagOverrides(gpu=options.gpu, cpu=options.cpu, memory=options.memory, image=options.image,
-                          nodes=options.nodes, pull=options.pull or None)  # fmt: skip
     host_env = os.environ if options.local else None  # a local trainer inherits this environment
-    return load_run_config(path, loaded.framework, kind, options.assignments(), flags, source=source,
+    return load_run_config(path, loaded.framework, kind, options.assignments(), options, source=source,
                            host_env=host_env, launch=launch)  # fmt: skip
 
 

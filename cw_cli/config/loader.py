@@ -11,32 +11,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from msgspec import Struct
-from msgspec.structs import asdict
 from pydantic import BaseModel, ValidationError
 
 from cw_cli.config.models import CLUSTER_FIELDS, ClusterSpec, image_problem
+from cw_cli.config.options import LaunchOptions
 from cw_cli.config.written_forms import WrittenForms
 from cw_cli.config.yaml_source import MAX_DEPTH, KeyPath, YamlSource, load_config_file, parse_scalar
 from cw_cli.errors import ConfigError
 from cw_cli.types import NativeConfigRules, RunConfig, TrainingType
 
-__all__ = ["FlagOverrides", "RunConfig", "load_run_config", "parse_set"]
-
-
-class FlagOverrides(Struct, frozen=True):
-    """Command-line flags that override the config's cluster fields (None = not given)."""
-
-    gpu: int | None = None
-    cpu: str | None = None
-    memory: str | None = None
-    image: str | None = None
-    nodes: int | None = None
-    pull: bool | None = None
-
-    def given(self) -> dict[str, Any]:
-        """The flags the user actually passed."""
-        return {name: value for name, value in asdict(self).items() if value is not None}
+__all__ = ["RunConfig", "load_run_config", "parse_set"]
 
 
 def parse_set(assignment: str) -> tuple[list[str], Any]:
@@ -121,7 +105,7 @@ def load_run_config(
     framework: NativeConfigRules,
     training_type: TrainingType,
     sets: list[str] | None = None,
-    flags: FlagOverrides | None = None,
+    flags: LaunchOptions | None = None,
     source: YamlSource | None = None,
     host_env: Mapping[str, str] | None = None,
     launch: bool = True,
@@ -148,12 +132,12 @@ def load_run_config(
         ConfigError: Every problem found, each naming the file, line and field, with a fix.
     """
     source = source if source is not None else load_config_file(path)
-    flags = flags or FlagOverrides()
+    flags = flags or LaunchOptions()
     data, origins, written = _apply_sets(source, sets or [])
     claimed = framework.claims_native_keys(data)
     cluster_part = {key: value for key, value in data.items() if key in CLUSTER_FIELDS and key not in claimed}
     native = {key: value for key, value in data.items() if key not in CLUSTER_FIELDS or key in claimed}
-    issues, reported = written.problems(cluster_part, set(flags.given()))
+    issues, reported = written.problems(cluster_part, set(flags.cluster_overrides()))
     issues += _misplaced_cluster_keys(native, claimed, framework, source, origins)
     for key_path, problem in _image_problems(cluster_part):  # before the flags: only what the config writes
         issues.append(f"{_origin(key_path, source, origins)}: `{'.'.join(key_path)}`: {problem}")
@@ -208,10 +192,10 @@ def _misplaced_cluster_keys(
     return issues
 
 
-def _apply_flags(cluster_part: dict[str, Any], flags: FlagOverrides, origins: dict[str, str]) -> list[str]:
+def _apply_flags(cluster_part: dict[str, Any], flags: LaunchOptions, origins: dict[str, str]) -> list[str]:
     """Set the flags given over cw's fields; the problems of a bad ``--image``."""
     issues = []
-    for name, value in flags.given().items():
+    for name, value in flags.cluster_overrides().items():
         cluster_part[name] = value
         origins[name] = f"--{name}"
         if name == "image" and (bad_image := image_problem(value)):

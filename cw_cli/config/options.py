@@ -17,6 +17,9 @@ from msgspec import Struct, structs
 
 from cw_cli.errors import ConfigError
 
+#: The launch flags that override the cluster field of the same name (precedence: flags last).
+CLUSTER_FLAGS = ("gpu", "cpu", "memory", "image", "nodes", "pull")
+
 
 class LaunchOptions(Struct, frozen=True, kw_only=True):
     """What a launch may set besides the config (each field is the flag of the same name).
@@ -54,6 +57,11 @@ class LaunchOptions(Struct, frozen=True, kw_only=True):
     timeout: float | None = None
     resume: bool = False
     local: bool = False
+
+    def cluster_overrides(self) -> dict[str, Any]:
+        """The flags given that set a cluster field of the same name, applied over the config."""
+        given = {name: getattr(self, name) for name in CLUSTER_FLAGS}
+        return {name: value for name, value in given.items() if value is not None and value is not False}
 
     def assignments(self) -> list[str]:
         """``set`` as ``--set`` assignments (see :func:`set_assignments`)."""

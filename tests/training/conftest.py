@@ -191,7 +191,8 @@ def reward_server(tiny_reward_model: Path, tmp_path: Path) -> Iterator[RewardSer
 def render_plan():
     """``render_plan(framework, training_type, config_path, sets=[...], run_name=..., gpu=0)``
     -> the manifests cw would apply (cw_cli.render.plan.build_plan, the same code as --dry-run)."""
-    from cw_cli.config.loader import FlagOverrides, load_run_config
+    from cw_cli.config.loader import load_run_config
+    from cw_cli.config.options import LaunchOptions
     from cw_cli.frameworks.registry import FrameworkRegistry
     from cw_cli.render.plan import RunRequest, build_plan
 
@@ -200,7 +201,7 @@ def render_plan():
     def render(framework: str, training_type: str, config: Path, sets: list[str] | None = None,
                run_name: str = "cw-test", gpu: int = 0) -> list[dict]:
         loaded, ttype = registry.resolve_type(framework, training_type)
-        cfg = load_run_config(Path(config), loaded.framework, ttype, sets=sets or [], flags=FlagOverrides(gpu=gpu))
+        cfg = load_run_config(Path(config), loaded.framework, ttype, sets=sets or [], flags=LaunchOptions(gpu=gpu))
         plan = build_plan(RunRequest(framework=loaded, training_type=ttype, config=cfg, run_name=run_name))
         return plan.manifests
 

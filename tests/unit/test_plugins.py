@@ -161,13 +161,14 @@ def test_disable_plugins_loads_only_builtins(plugins_dir, monkeypatch):
 
 
 def test_plugin_renders_its_own_template_and_the_builtin_ones(registry, tmp_path):
-    from cw_cli.config.loader import FlagOverrides, load_run_config
+    from cw_cli.config.loader import load_run_config
+    from cw_cli.config.options import LaunchOptions
     from cw_cli.render.plan import RunRequest, build_plan
 
     path = tmp_path / "cfg.yaml"
     path.write_text("checkpoint_volume: ckpts\nmodel: tiny\nepochs: 3\n")
     loaded, training_type = registry.resolve_type("goodfw", "sft")
-    config = load_run_config(path, loaded.framework, training_type, [], FlagOverrides())
+    config = load_run_config(path, loaded.framework, training_type, [], LaunchOptions())
     plan = build_plan(RunRequest(loaded, training_type, config, "plug-run"))
     job, configmap, policy = plan.manifests
     assert policy["kind"] == "NetworkPolicy"  # from the built-in template: the plugin has none
@@ -186,14 +187,15 @@ def test_plugin_renders_its_own_template_and_the_builtin_ones(registry, tmp_path
 
 
 def test_plugin_required_keys_are_enforced(registry, tmp_path):
-    from cw_cli.config.loader import FlagOverrides, load_run_config
+    from cw_cli.config.loader import load_run_config
+    from cw_cli.config.options import LaunchOptions
     from cw_cli.errors import ConfigError
 
     path = tmp_path / "cfg.yaml"
     path.write_text("epochs: 3\n")
     loaded, training_type = registry.resolve_type("goodfw", "sft")
     with pytest.raises(ConfigError, match="missing `model` \\(required by `goodfw sft`\\)"):
-        load_run_config(path, loaded.framework, training_type, [], FlagOverrides())
+        load_run_config(path, loaded.framework, training_type, [], LaunchOptions())
 
 
 # The CLI, through click's CliRunner: a fresh app built from a registry that sees the plugins.

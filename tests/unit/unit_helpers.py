@@ -43,10 +43,11 @@ def write_config(directory: Path, data: dict[str, Any] | str, name: str = "confi
 
 def load(framework: str, type_name: str, path: Path, sets: list[str] | None = None, **flags: Any):
     """``load_run_config`` for a built-in framework, flags as keyword arguments."""
-    from cw_cli.config.loader import FlagOverrides, load_run_config
+    from cw_cli.config.loader import load_run_config
+    from cw_cli.config.options import LaunchOptions
 
     loaded, training_type = builtin_registry().resolve_type(framework, type_name)
-    return load_run_config(path, loaded.framework, training_type, sets or [], FlagOverrides(**flags))
+    return load_run_config(path, loaded.framework, training_type, sets or [], LaunchOptions(**flags))
 
 
 def plan_for(
