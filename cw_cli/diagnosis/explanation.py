@@ -35,6 +35,8 @@ PRIORITY = (
     "config-error",
     "evicted",
     "preempted",
+    "stall",
+    "warned-stop",
     "crash-loop",
     "init-waiting",
     "exit-code",

@@ -15,6 +15,8 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from msgspec import Struct
+
 from cw_cli.diagnosis.explanation import Explanation, around, last_match
 from cw_cli.frameworks.words import ConfigWords, cuda_oom_fix
 
@@ -140,3 +142,49 @@ def _nccl_timeout(lines: list[str]) -> Explanation | None:
         _NCCL_FIX,
         log=around(lines, index),
     )
+
+
+# The pod's own account of why it ended to be restarted (cw_fault.py's `[cw-launch]` lines).
+_STALLED = (
+    r"\[cw-launch\] stalled since (?P<since>\S+) \(no step for (?P<timeout>[\d.]+) s after step (?P<step>-?\d+)\); "
+    r"stacks in (?P<stacks>.+?)(?:; restarting from the last checkpoint)?\s*$"
+)
+_STOPPED = r"\[cw-launch\] stopped at step (?P<step>\d+) with a complete checkpoint (?P<checkpoint>\S+)"
+
+
+class RestartCause(Struct):
+    """Why a trainer pod ended to be restarted, as its log says (cw_fault.py's last words).
+
+    Attributes:
+        kind: ``stalled`` (no step for the stall timeout: exit 75) or ``stopped`` (a warned stop
+            that saved a checkpoint: exit 143).
+        step: The last step (stalled) or the step of the checkpoint (stopped).
+        since: When the last step ended (stalled; UTC, ISO 8601).
+        timeout_s: The stall timeout that ran out (stalled).
+        stacks: The folder with every local rank's Python stacks (stalled).
+        checkpoint: The checkpoint the stop saved (stopped).
+    """
+
+    kind: str
+    step: int | None = None
+    since: str | None = None
+    timeout_s: float | None = None
+    stacks: str | None = None
+    checkpoint: str | None = None
+
+
+def restart_cause(log: Sequence[str]) -> RestartCause | None:
+    """The last stall or warned stop a trainer's log tail reports (None: it reports neither)."""
+    lines = list(log)
+    stalled, stopped = last_match(lines, _STALLED), last_match(lines, _STOPPED)
+    if stalled is not None and (stopped is None or stalled > stopped):
+        match = re.search(_STALLED, lines[stalled])
+        assert match is not None
+        return RestartCause(
+            "stalled", int(match["step"]), match["since"], float(match["timeout"]), match["stacks"].strip()
+        )
+    if stopped is not None:
+        match = re.search(_STOPPED, lines[stopped])
+        assert match is not None
+        return RestartCause("stopped", int(match["step"]), checkpoint=match["checkpoint"].rstrip(";,"))
+    return None

@@ -14,8 +14,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from cw_cli.diagnosis.explanation import Explanation, FrameworkLookup, duration, framework_in, last_lines, parse_time
-from cw_cli.diagnosis.logs import explain_log
+from cw_cli.diagnosis.logs import explain_log, restart_cause
 from cw_cli.labels import COMPONENT_LABEL, TRAINER
+from cw_cli.runtime.cw_fault import STALL_EXIT, STOPPED_EXIT
 
 #: Waiting reasons of a container whose image cannot be pulled (kubelet's images/types.go).
 IMAGE_PULL_REASONS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull")
@@ -162,6 +163,9 @@ def _explain_container(
     oom = _oom_killed(pod, name, cstatus)
     if oom is not None:
         return [oom]
+    restarted = _restarted(pod, name, cstatus, log)
+    if restarted is not None:
+        return [restarted]
     from_log = None
     if log:
         framework = framework_in(pod, frameworks)
@@ -213,6 +217,47 @@ def _oom_killed(pod: dict[str, Any], name: str | None, cstatus: dict[str, Any]) 
         + " (dataloader workers, a large dataset in memory or checkpoint saving use it); "
         "/dev/shm counts against it too (`shm_size:`)",
         name, container,
+    )  # fmt: skip
+
+
+def restart_exit(pod: dict[str, Any]) -> int | None:
+    """The exit code with which a finished trainer pod asked to be restarted (cw_fault.py's 75 after
+    a stall, 143 after a warned stop that saved a checkpoint), else None."""
+    if _role(pod) != TRAINER or (pod.get("status") or {}).get("phase") in ("Pending", "Running"):
+        return None
+    for cstatus in (pod.get("status") or {}).get("containerStatuses") or []:
+        code = ((cstatus.get("state") or {}).get("terminated") or {}).get("exitCode")
+        if code in (STALL_EXIT, STOPPED_EXIT):
+            return int(code)
+    return None
+
+
+def _restarted(pod: dict[str, Any], name: str | None, cstatus: dict[str, Any], log: list[str] | None) -> Explanation | None:
+    """A trainer that ended to be restarted: after a stall (exit 75) or a warned stop (exit 143 with
+    cw_fault's line; a bare 143 is a SIGTERM like any other), from its last log lines."""
+    container = str(cstatus.get("name", "?"))
+    code = ((cstatus.get("state") or {}).get("terminated") or {}).get("exitCode")
+    if _role(pod) != TRAINER or code not in (STALL_EXIT, STOPPED_EXIT):
+        return None
+    cause = restart_cause(log or [])
+    lines = [line for line in last_lines(log or [], 20) if "[cw-launch]" in line][-3:]
+    if code == STALL_EXIT:
+        if cause is not None and cause.kind == "stalled":
+            what = f"no step since {cause.since} after step {cause.step}; stacks in {cause.stacks}"
+        else:
+            what = "no step for longer than the stall timeout; every rank's stacks are in <run folder>/.cw/stacks-<time>/"
+        return Explanation(
+            "stall", "restarted after a stall", f"restarted after a stall: {what} (exit {code})",
+            "each rank's Python stacks in that folder (on the checkpoint volume) show where it waited; "
+            "if steps are this slow on purpose, set `stall_timeout:` (seconds)",
+            name, container, lines,
+        )  # fmt: skip
+    if cause is None or cause.kind != "stopped":
+        return None
+    return Explanation(
+        "warned-stop", "restarted after a warned stop",
+        f"restarted after a warned stop (checkpoint at step {cause.step}: {cause.checkpoint}); it resumes from it",
+        "", name, container, lines,
     )  # fmt: skip
 
 

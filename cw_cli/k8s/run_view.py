@@ -11,6 +11,7 @@ from msgspec import Struct, field
 
 from cw_cli.client.connection import Kube
 from cw_cli.diagnosis.diagnose import Explanation, diagnose, log_requests, summary
+from cw_cli.diagnosis.pods import restart_exit
 from cw_cli.k8s.queries import RUN_KINDS, LogKey, creation_time, read_logs, run_objects, run_selector
 from cw_cli.labels import (
     NAME_LABEL,
@@ -141,11 +142,16 @@ def live_pods(view: RunView, pods: list[dict[str, Any]]) -> tuple[list[dict[str,
     """The pods that explain a run, and the disrupted ones among them.
 
     A failed run: all of them. A run still going: what holds its live pods, and the disruptions
-    its Job or JobSet replaced (they say why it started over), not the attempts it retried.
+    its Job or JobSet replaced and the trainer pod that last ended to be restarted after a stall or
+    a warned stop (they say why it started over), not the attempts it retried.
     """
     if view.state == "Failed":
         return pods, set()
     disrupted = {p["metadata"]["name"] for p in pods if _disrupted(p) and pod_phase(p) not in ("Pending", "Running")}
+    # The trainer pod that last ended to be restarted (a stall, a warned stop) says why the run started over.
+    restarted = [p for p in pods if restart_exit(p) is not None]
+    if restarted:
+        disrupted.add(max(restarted, key=lambda p: p["metadata"].get("creationTimestamp") or "")["metadata"]["name"])
     return [p for p in pods if pod_phase(p) in ("Pending", "Running") or p["metadata"]["name"] in disrupted], disrupted
 
 
