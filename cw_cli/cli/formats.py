@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from cw_cli.errors import ConfigError
 
 if TYPE_CHECKING:
+    from cw_cli.diagnosis.progress import Progress
     from cw_cli.k8s.run_view import RunView
 
 API_VERSION = "cw-cli.dev/v1"
@@ -21,8 +22,9 @@ RUN_FIELDS = (
     "sweep", "links",
 )  # fmt: skip
 #: Fields `cw status -o json` adds.
-STATUS_FIELDS = ("pods", "services", "queue", "problems", "explanations")
+STATUS_FIELDS = ("pods", "services", "queue", "problems", "explanations", "progress")
 POD_FIELDS = ("name", "role", "rank", "phase", "ready", "node", "reason")
+PROGRESS_FIELDS = ("step", "total", "elapsed_s", "eta_s", "steps_per_s")
 EXPLANATION_FIELDS = ("kind", "summary", "message", "fix", "pod", "container", "log")
 #: `--state` values: the first word of a state, lower-case (`Queued (Kueue)` is `queued`).
 STATES = ("pending", "starting", "queued", "running", "succeeded", "failed", "half-made", "services-only", "unknown")
@@ -89,7 +91,13 @@ def status_dict(view: RunView, now: datetime | None = None) -> dict[str, Any]:
     data["queue"] = view.queue
     data["problems"] = list(view.problems)
     data["explanations"] = [e.as_dict() for e in view.explanations]
+    data["progress"] = progress_dict(view.progress) if view.progress else None
     return data
+
+
+def progress_dict(progress: Progress) -> dict[str, Any]:
+    """The running trainer's progress bar: ``{step, total, elapsed_s, eta_s, steps_per_s}``."""
+    return {name: getattr(progress, name) for name in PROGRESS_FIELDS}
 
 
 def list_dict(views: list[RunView], now: datetime | None = None) -> dict[str, Any]:

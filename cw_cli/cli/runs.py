@@ -104,6 +104,8 @@ def status_command(run: str, namespace: str | None, context: str | None, output:
     echo("objects: " + p(", ".join(view.objects)))
     if view.restarts is not None:
         echo(f"gang restarts: {view.restarts} (JobSet; each resumes from the last checkpoint)")
+    if view.progress is not None:
+        echo(f"progress: {view.progress.line()}")
     if view.sweep:
         echo(f"sweep: {p(view.sweep)} (cw list --sweep {p(view.sweep)})")
     if "wandb" in view.links:

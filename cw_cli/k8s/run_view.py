@@ -12,6 +12,7 @@ from msgspec import Struct, field
 from cw_cli.client.connection import Kube
 from cw_cli.diagnosis.diagnose import Explanation, diagnose, log_requests, summary
 from cw_cli.diagnosis.pods import restart_exit
+from cw_cli.diagnosis.progress import Progress
 from cw_cli.k8s.queries import RUN_KINDS, LogKey, creation_time, read_logs, run_objects, run_selector
 from cw_cli.labels import (
     NAME_LABEL,
@@ -68,6 +69,8 @@ class RunView(Struct):
     sweep: str | None = None
     #: Where to watch the training: ``wandb`` (the W&B run's page), ``tensorboard`` (the event files' folder).
     links: dict[str, str] = field(default_factory=dict)
+    #: How far the running trainer is, from its progress bar (``cw status`` only; None: not known).
+    progress: Progress | None = None
 
     @property
     def stalled(self) -> bool:

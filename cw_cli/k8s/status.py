@@ -9,6 +9,7 @@ from typing import Any
 
 from cw_cli.client.connection import Kube
 from cw_cli.diagnosis.pods import preemption_events
+from cw_cli.diagnosis.progress import training_progress
 from cw_cli.errors import NotFound
 from cw_cli.k8s.explanations import (
     explain_pending,
@@ -25,6 +26,7 @@ from cw_cli.k8s.queries import (
     gather,
     named_object,
     object_calls,
+    read_log_tail,
     read_logs,
     recorded_kinds,
     run_selector,
@@ -43,6 +45,9 @@ from cw_cli.k8s.run_view import (
 from cw_cli.k8s.workloads import on_cluster
 from cw_cli.labels import COMPLETION_INDEX_ANNOTATION, COMPONENT_LABEL, TRAINER, object_names
 from cw_cli.render.workload import OWNERS
+
+#: Log lines of the running trainer read for its progress bar (tqdm redraws it on one line).
+PROGRESS_LOG_LINES = 20
 
 #: The run's owners, by kind (only the kinds it has).
 Owners = dict[str, list[dict[str, Any]]]
@@ -81,6 +86,7 @@ def run_status(kube: Kube, run_name: str) -> RunView:
     explain_run(view, owner_list.get((kube.namespace, run_name), []), pods, later.get("logs", {}))
     view.explanations += preemption_events(later.get("preempted", []), run_name, {e.pod for e in view.explanations if e.pod})
     _add_pods(kube, view, pods, later.get("capacity", {}))
+    view.progress = training_progress(later.get("progress", []))
     for kind, found in owners.items():
         on_cluster(kind).add_status(kube, view, found, later, refusals)
     view.problems += [e.line() for e in view.explanations]  # after the owners' refused pods: why none exist
@@ -124,9 +130,23 @@ def _second_reads(
         more["logs"] = lambda: read_logs(kube, wanted, STATUS_LOG_LINES)
     if any(pod_phase(p) == "Pending" for p in pods):
         more["capacity"] = lambda: node_capacity(kube)
+    trainer = _progress_pod(pods)
+    if trainer is not None:
+        more["progress"] = partial(read_log_tail, kube, trainer, TRAINER, PROGRESS_LOG_LINES)
     for kind, found in owners.items():
         more.update(on_cluster(kind).status_reads(kube, run_name, found))
     return more
+
+
+def _progress_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The running trainer pod whose log shows the training's progress: rank 0 (the only one of a
+    single-node run), the newest if a replacement runs beside a pod still stopping."""
+    running = [
+        p for p in pods
+        if (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) == TRAINER and pod_phase(p) == "Running"
+        and (p["metadata"].get("annotations") or {}).get(COMPLETION_INDEX_ANNOTATION, "0") == "0"
+    ]  # fmt: skip
+    return max(running, key=lambda p: p["metadata"].get("creationTimestamp") or "", default=None)
 
 
 def _add_pods(kube: Kube, view: RunView, pods: list[dict[str, Any]], capacity: dict[str, Any]) -> None:

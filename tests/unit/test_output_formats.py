@@ -20,7 +20,7 @@ RUN_FIELDS = [
     "name", "namespace", "framework", "type", "state", "gpus", "created", "age_seconds", "restarts", "failure", "objects",
     "sweep", "links",
 ]  # fmt: skip
-STATUS_FIELDS = ["pods", "services", "queue", "problems", "explanations"]
+STATUS_FIELDS = ["pods", "services", "queue", "problems", "explanations", "progress"]
 POD_FIELDS = ["name", "role", "rank", "phase", "ready", "node", "reason"]
 EXPLANATION_FIELDS = ["kind", "summary", "message", "fix", "pod", "container", "log"]
 
