@@ -140,11 +140,13 @@ def _second_reads(
 
 def _progress_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The running trainer pod whose log shows the training's progress: rank 0 (the only one of a
-    single-node run), the newest if a replacement runs beside a pod still stopping."""
+    single-node run) with its trainer container started (a pod still waiting for its servers has
+    no log), the newest if a replacement runs beside a pod still stopping."""
     running = [
         p for p in pods
         if (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) == TRAINER and pod_phase(p) == "Running"
         and (p["metadata"].get("annotations") or {}).get(COMPLETION_INDEX_ANNOTATION, "0") == "0"
+        and any(c.get("name") == TRAINER and (c.get("state") or {}).get("running") for c in p["status"].get("containerStatuses") or [])
     ]  # fmt: skip
     return max(running, key=lambda p: p["metadata"].get("creationTimestamp") or "", default=None)
 

@@ -62,3 +62,9 @@ def test_a_failed_run_reads_no_progress():
     )  # fmt: skip
     view = run_status(kube, "oom")
     assert view.progress is None and kube.log_requests == [] and status_dict(view)["progress"] is None
+
+
+def test_a_trainer_still_waiting_for_its_servers_is_not_asked_for_its_log():
+    pod = _pod("busy", "Running", {"waiting": {"reason": "PodInitializing"}})
+    kube = FakeKube({"Job": [_job("busy", active=1)], "Pod": [pod]}, {})
+    assert run_status(kube, "busy").progress is None and kube.log_requests == []
