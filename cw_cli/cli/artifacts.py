@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from cw_cli import api
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.formats import check_output, dump
 from cw_cli.cli.options import context_option, namespace_option, output_option, run_argument
@@ -52,7 +53,6 @@ def is_local_path(run: str) -> bool:
 @handle_errors
 def artifacts_command(run: str, local: bool, namespace: str | None, context: str | None, output: str) -> None:
     """List a run's checkpoints, final model and exports on its volume (step, size, time, metrics)."""
-    from cw_cli import api
     from cw_cli.cli.runs import check_run_argument
 
     output = check_output(output)

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from cw_cli import api
 from cw_cli.cli.artifacts import is_local_path
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import checkpoint_form, context_option, namespace_option, run_argument
@@ -30,7 +31,6 @@ LINE_EVERY_S = 30.0
 @handle_errors
 def download_command(run: str, dest: Path, checkpoint: str, local: bool, namespace: str | None, context: str | None) -> None:
     """Copy a run's model, checkpoint or export to this machine, verified; run again to go on after a stop."""
-    from cw_cli import api
     from cw_cli.cli.interrupts import termination_as_interrupt
     from cw_cli.cli.runs import check_run_argument
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from cw_cli import api
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.formats import check_output, dump
 from cw_cli.cli.options import check_gpu_memory_flag, gpu_memory_option, launch_flags, take_launch_options
@@ -84,7 +85,6 @@ def estimate_command(
     only request to the cluster, skipped when a size is given). Prints every term per role, the
     verdict and the changes that would make it fit. docs/estimate.md has the model.
     """
-    from cw_cli import api
 
     output = check_output(output)
     check_gpu_memory_flag(gpu_memory)  # before anything is read: `--gpu-memory 0` is no GPU

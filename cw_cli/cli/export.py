@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from cw_cli import api
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import cluster_options, run_argument
 from cw_cli.cli.plain import printable, say
@@ -35,7 +36,6 @@ def export_command(
     namespace: str | None, context: str | None,
 ) -> None:  # fmt: skip
     """Export a run's model to RUN/exported/ on its checkpoint volume (merged, or pushed to the Hub)."""
-    from cw_cli import api
     from cw_cli.cli.runs import check_run_argument
     from cw_cli.config.quantity import MAX_DURATION_S
 

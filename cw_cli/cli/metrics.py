@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from cw_cli import api
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import context_option, namespace_option
 from cw_cli.cli.output import err, out
@@ -90,7 +91,6 @@ def _load(target: str, rank: int | None, namespace: str | None, context: str | N
     _check_run_name(target)
     from rich.markup import escape
 
-    from cw_cli import api
 
     run = api.Session(context=context, namespace=namespace).run(target)
     lines = run.logs(rank=rank, notice=lambda m: err().print(escape(m)))
@@ -118,7 +118,6 @@ def _follow(target: str, rank: int | None, namespace: str | None, context: str |
     from rich.live import Live
     from rich.markup import escape
 
-    from cw_cli import api
     from cw_cli.metrics.parse import RecordParser, RunMetrics
 
     run = RunMetrics(target, _pod_source(target, rank))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from cw_cli import api
 from cw_cli.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -138,7 +139,6 @@ def complete_run(ctx: click.Context, param: click.Parameter, incomplete: str) ->
         os.environ.setdefault("CW_REQUEST_TIMEOUT", "3")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            from cw_cli import api
 
             params = ctx.params or {}
             names = api.Session(context=params.get("context"), namespace=params.get("namespace")).run_names()

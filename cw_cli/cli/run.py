@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from msgspec import Struct
 
+from cw_cli import api
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import gpu_memory_option, launch_flags, take_launch_options
 from cw_cli.cli.plain import printable, say
@@ -17,7 +18,6 @@ from cw_cli.errors import Interrupted, RunFailed
 from cw_cli.frameworks.registry import FrameworkRegistry
 
 if TYPE_CHECKING:  # the kubernetes-backed modules load only when a command needs the cluster
-    from cw_cli import api
     from cw_cli.config.options import LaunchOptions
     from cw_cli.config.yaml_source import YamlSource
 
@@ -103,7 +103,6 @@ def make_run_command(registry: FrameworkRegistry, framework_name: str, type_name
 def launch(registry: FrameworkRegistry, asked: LaunchCommand, options: LaunchOptions) -> None:
     """Plan the run (or sweep) once, then print it (``--dry-run``), run it here (``--local``) or
     submit exactly that plan."""
-    from cw_cli import api
 
     if asked.memory.gpu_memory is not None:
         _check_gpu_memory(asked.memory.gpu_memory)  # before anything is printed or planned
@@ -143,7 +142,6 @@ def _check_gpu_memory(value: str) -> None:
 def _estimate_lines(runs: list[api.PlannedRun], gpu_memory: str | None) -> list[str]:
     """A dry run's memory verdict, as notes: offline (no node list), never a refusal of a run
     (a model config.json no model could have is refused, as a launch refuses it)."""
-    from cw_cli import api
 
     said: list[str] = []
     for planned in runs:
@@ -169,7 +167,6 @@ def _sweep(
     session: api.Session | None, config: YamlSource, registry: FrameworkRegistry, asked: LaunchCommand,
     options: LaunchOptions,
 ) -> None:  # fmt: skip
-    from cw_cli import api
 
     fw, kind, axes = asked.framework, asked.training_type, list(asked.sweep)
     if session is None:

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 import click
 
+from cw_cli import api
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.formats import check_output, check_states, dump, list_dict, state_key, status_dict
 from cw_cli.cli.options import cluster_options, output_option, run_argument
@@ -47,7 +48,6 @@ def list_command(
     output: str,
 ) -> None:
     """List the runs in the namespace, with state, GPUs, age and why a failed run failed."""
-    from cw_cli import api
 
     output = check_output(output)
     states = check_states(list(state)) if state else None
@@ -88,7 +88,6 @@ def list_command(
 @handle_errors
 def status_command(run: str, namespace: str | None, context: str | None, output: str) -> None:
     """Show a run's Job, pods and services; say why a pod is Pending or why the run failed."""
-    from cw_cli import api
 
     output = check_output(output)
     check_run_argument(run)
@@ -150,7 +149,6 @@ def logs_command(
 ) -> None:
     """Print (or follow) the log of one pod of a run, through the API server."""
 
-    from cw_cli import api
 
     if role not in LOG_ROLES:
         raise ConfigError([f"--role {role!r}: expected {', '.join(LOG_ROLES)}"])
@@ -172,7 +170,6 @@ def logs_command(
 @handle_errors
 def delete_command(run: str | None, sweep: str | None, namespace: str | None, context: str | None) -> None:
     """Delete every object of a run, or of every run of a sweep (and nothing else)."""
-    from cw_cli import api
 
     if (run is None) == (sweep is None):
         raise ConfigError(["give a run name or --sweep NAME (not both)"], hint="cw delete RUN, or cw delete --sweep NAME")

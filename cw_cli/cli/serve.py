@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from cw_cli import api
 from cw_cli.cli.errors import handle_errors
 from cw_cli.cli.options import checkpoint_form, context_option, duration_form, namespace_option, run_argument
 from cw_cli.cli.plain import printable, say
@@ -36,7 +37,6 @@ def serve_command(
     namespace: str | None, context: str | None,
 ) -> None:  # fmt: skip
     """Serve a run's model with vLLM for a while, reachable through the API server."""
-    from cw_cli import api
     from cw_cli.cli.runs import check_run_argument
 
     check_run_argument(run)
@@ -84,7 +84,6 @@ def try_command(
     context: str | None,
 ) -> None:  # fmt: skip
     """Ask a run's model one question (a vLLM server is started on it, asked and stopped)."""
-    from cw_cli import api
     from cw_cli.cli.heartbeat import Heartbeat
     from cw_cli.cli.interrupts import termination_as_interrupt
     from cw_cli.cli.runs import check_run_argument
