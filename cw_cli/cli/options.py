@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -67,6 +66,8 @@ def launch_flags(fields: tuple[str, ...]) -> Callable[[F], F]:
     """
 
     def decorate(function: F) -> F:
+        from pathlib import Path  # with urllib.parse and ipaddress: only the commands that take a CONFIG need it
+
         decorators = [click.argument("config", type=click.Path(path_type=Path)),
                       *(LAUNCH_FLAGS[field] for field in fields), context_option]  # fmt: skip
         for decorator in reversed(decorators):  # as if stacked above the function, first on top

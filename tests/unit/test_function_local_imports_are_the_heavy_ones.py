@@ -36,6 +36,7 @@ HEAVY = {
     "shutil": 6, "socket": 6, "difflib": 5, "csv": 5, "traceback": 7, "urllib": 25, "json": 6, "base64": 5,
     "hashlib": 5, "gzip": 1, "zlib": 1, "signal": 3, "threading": 2, "importlib": 1, "asyncio": 30,
     "email": 10, "zipfile": 8, "secrets": 5, "random": 4, "unicodedata": 1, "warnings": 0,
+    "pathlib": 3,  # with urllib.parse, ipaddress and ntpath: `cw status --help` needs none of them
 }  # fmt: skip
 #: cw modules that are light by :data:`HEAVY` but measured worth deferring.
 LAZY_CW = {
