@@ -462,9 +462,12 @@ def _dump_stacks(ft_dir: Path, run_dir: Path, ranks: list[dict[str, Any]], stamp
     time.sleep(0.5)  # let the last writes finish
     for rank, start in sizes.items():
         source = ft_dir / "stacks" / f"rank-{rank}.txt"
-        with open(source, "rb") as fh:
-            fh.seek(start)
-            text = fh.read()
+        try:
+            with open(source, "rb") as fh:
+                fh.seek(start)
+                text = fh.read()
+        except OSError:  # a rank that never armed faulthandler (it died, or hung before activate)
+            text = b""
         (target / f"rank-{rank}.txt").write_bytes(text or b"(no stacks written: the process did not answer)\n")
     return target
 

@@ -182,3 +182,17 @@ def test_the_supervisor_passes_the_commands_exit_code_and_works_without_a_writab
     assert cw_fault.supervise([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
                               tmp_path / "run") == 137  # fmt: skip
     assert not (tmp_path / "run" / ".cw" / "stall.json").exists()
+
+
+def test_a_stalled_rank_that_never_armed_its_stack_file_still_gets_a_stacks_entry(tmp_path):
+    """A heartbeating process with no stacks file (it hung before faulthandler was armed) must not
+    crash the supervisor's dump: the stall is still recorded, with a line saying no stacks came."""
+    ft_dir, run_dir = tmp_path / "ft", tmp_path / "run"
+    (ft_dir / "stacks").mkdir(parents=True)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGUSR2, signal.SIG_IGN); time.sleep(60)"])
+    try:
+        target = cw_fault._dump_stacks(ft_dir, run_dir, [{"rank": 0, "pid": sleeper.pid}], "20261127T000000Z")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert (target / "rank-0.txt").read_text().startswith("(no stacks written")
