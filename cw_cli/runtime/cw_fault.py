@@ -329,6 +329,8 @@ def activate() -> None:
     if target in sys.modules:
         patch_trainer(sys.modules[target])
         return
+    if any(getattr(finder, "cw_fault_hook", False) for finder in sys.meta_path):
+        return  # already armed in this process (a second shim on the path, or a second copy of this file)
 
     class _Loader(importlib.abc.Loader):
         def __init__(self, inner: Any) -> None:
@@ -342,11 +344,14 @@ def activate() -> None:
             patch_trainer(module)
 
     class _Finder(importlib.abc.MetaPathFinder):
+        cw_fault_hook = True
+
         def find_spec(self, name: str, path: Any, target_module: Any = None) -> Any:
             if name != target:
                 return None
             for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
+                # Any cw hook (this one, or one another copy armed) would ask the others again: endless.
+                if getattr(finder, "cw_fault_hook", False) or not hasattr(finder, "find_spec"):
                     continue
                 spec = finder.find_spec(name, path, target_module)
                 if spec is not None:

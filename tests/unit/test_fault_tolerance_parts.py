@@ -196,3 +196,26 @@ def test_a_stalled_rank_that_never_armed_its_stack_file_still_gets_a_stacks_entr
         sleeper.kill()
         sleeper.wait()
     assert (target / "rank-0.txt").read_text().startswith("(no stacks written")
+
+
+def test_two_armed_copies_of_the_hook_patch_the_trainer_once_without_recursing(tmp_path):
+    """Two copies of cw_fault armed in one process (two shims on the path, as a benchmark's own
+    sitecustomize chain made it) found each other endlessly: RecursionError at `import trl`."""
+    package = tmp_path / "site" / "transformers"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "trainer.py").write_text("class Trainer:\n    def __init__(self):\n        self.made = True\n")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "cw_fault_copy.py").write_text((Path(cw_fault.__file__)).read_text())
+    script = (
+        "import sys\n"
+        f"sys.path[:0] = [{str(tmp_path / 'site')!r}, {str(copy)!r}, {str(Path(cw_fault.__file__).parent)!r}]\n"
+        "import cw_fault, cw_fault_copy\n"
+        "cw_fault.activate(); cw_fault_copy.activate(); cw_fault.activate()\n"
+        "import transformers.trainer as t\n"
+        "print(sum(getattr(f, 'cw_fault_hook', False) for f in sys.meta_path), t.Trainer.__init__._cw_patched, t.Trainer().made)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "True", "True"]
