@@ -148,6 +148,7 @@ def test_cw_entrypoint_runs_setup_steps_first_and_stops_on_their_failure(tmp_pat
     launch = _load("cw_entrypoint")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("CW_RUN_IDENTITY", raising=False)
+    monkeypatch.setenv("CW_FAULT_TOLERANCE", "0")  # the exec path, so the command is seen, not run (cw_fault's own tests run it)
     marker = tmp_path / "setup-ran"
     touch = [sys.executable, "-c", f"open({str(marker)!r}, 'w').close()"]
     executed = []
