@@ -170,14 +170,27 @@ class CwGroup(click.Group):
         return None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        frameworks = [(loaded.name, loaded.plugin.description) for loaded in self.registry.all()]
+        frameworks = self._framework_rows()
         with formatter.section("Frameworks (cw FRAMEWORK TYPE CONFIG)"):
             formatter.write_dl(frameworks or [("(none)", "no framework loaded: see `cw frameworks`")])
         with formatter.section("Commands"):
             formatter.write_dl([(name, short) for name, (_, short) in COMMANDS.items()])
 
 
-def _load_registry() -> FrameworkRegistry:
+    def _framework_rows(self) -> list[tuple[str, str]]:
+        """(name, description) of every framework: the built-ins from their table, without importing
+        them, then the plugins (a plugin cannot take a built-in's name: the built-in wins)."""
+        if self._registry is not None:
+            return [(loaded.name, loaded.plugin.description) for loaded in self._registry.all()]
+        from cw_cli.frameworks.registry import BUILTIN_DESCRIPTIONS
+
+        plugins = _load_registry(include_builtins=False)
+        self._single.append(plugins)  # cleaned up at exit like the others
+        rows = list(BUILTIN_DESCRIPTIONS.items())
+        return rows + [(loaded.name, loaded.plugin.description) for loaded in plugins.all() if loaded.name not in BUILTIN_DESCRIPTIONS]
+
+
+def _load_registry(include_builtins: bool = True) -> FrameworkRegistry:
     """Every framework, saying which plugin is slow to load, and which one a Ctrl-C stopped."""
     from cw_cli.frameworks.registry import DISABLE_PLUGINS_ENV, FrameworkRegistry
 
@@ -189,7 +202,7 @@ def _load_registry() -> FrameworkRegistry:
 
     registry = FrameworkRegistry()
     try:
-        registry.load_all(slow=slow)
+        registry.load_all(slow=slow, include_builtins=include_builtins)
     except KeyboardInterrupt:
         from cw_cli.cli.plain import printable, say
 

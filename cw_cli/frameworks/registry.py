@@ -39,6 +39,13 @@ BUILTINS = {
     "verifiers": "cw_cli.frameworks.verifiers:get_plugin",
 }
 BUILTIN_TARGETS = tuple(BUILTINS.values())
+#: What `cw --help` says of each built-in without importing it (each is about twenty modules, one
+#: per part of the contract); tests/unit/test_cli.py holds each equal to its class's description.
+BUILTIN_DESCRIPTIONS = {
+    "trl": "Hugging Face TRL: SFT, DPO, GRPO, KTO, reward models, RLOO and distillation through the `trl` command line",
+    "axolotl": "Axolotl: SFT, DPO/IPO/KTO/ORPO/SimPO and GRPO with `axolotl train` (vLLM server for GRPO)",
+    "verifiers": "verifiers 0.1.9.post3: vf-vllm inference server + vf-train under accelerate",
+}
 ENTRY_POINT_GROUP = "cw_cli.frameworks"
 PLUGINS_DIR_ENV = "CW_PLUGINS_DIR"
 DISABLE_PLUGINS_ENV = "CW_DISABLE_PLUGINS"
@@ -285,17 +292,23 @@ class FrameworkRegistry:
             self.notes.append(f"{source} printed {printed:,} characters while loading (not shown)")
 
     def load_all(
-        self, *, include_plugins: bool = True, slow: Callable[[str, float], None] | None = None
+        self,
+        *,
+        include_plugins: bool = True,
+        include_builtins: bool = True,
+        slow: Callable[[str, float], None] | None = None,
     ) -> FrameworkRegistry:
         """Load the built-ins, then plugin folders, then entry points (unless disabled).
 
         Args:
             include_plugins: Load the plugin folders and entry points too.
+            include_builtins: Load the built-ins (``cw --help`` lists them from
+                :data:`BUILTIN_DESCRIPTIONS` and loads only the plugins).
             slow: Called (from another thread) with a plugin's source and the seconds spent when
                 loading it has taken :data:`SLOW_PLUGIN_S`, so the caller can say which one hangs.
         """
         self._slow = slow
-        for target in BUILTIN_TARGETS:
+        for target in BUILTIN_TARGETS if include_builtins else ():
             self._try("built-in", partial(_import_target, target))
         if not include_plugins or os.environ.get(DISABLE_PLUGINS_ENV):
             return self

@@ -176,6 +176,29 @@ def test_the_root_help_lines_are_the_commands_own():
         assert (command.help or "").split("\n\n")[0].replace("\n", " ").strip() == short, name
 
 
+def test_the_root_help_lists_the_builtins_as_their_classes_describe_them():
+    """`cw --help` lists the built-ins from a table instead of importing them (about twenty
+    modules each); the table must say what each framework class says."""
+    from cw_cli.frameworks.registry import BUILTIN_DESCRIPTIONS, BUILTINS, FrameworkRegistry
+
+    registry = FrameworkRegistry().load_all(include_plugins=False)
+    assert {loaded.name: loaded.plugin.description for loaded in registry.all()} == BUILTIN_DESCRIPTIONS
+    assert set(BUILTIN_DESCRIPTIONS) == set(BUILTINS)
+
+
+def test_the_root_help_imports_no_builtin_framework(env):
+    probe = (
+        "import sys; sys.argv = ['cw', '--help']\n"
+        "from cw_cli.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('cw_cli.frameworks.trl', 'cw_cli.frameworks.axolotl', "
+        "'cw_cli.frameworks.verifiers'))), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
+    assert "Hugging Face TRL" in done.stdout and "axolotl" in done.stdout and "verifiers" in done.stdout
+    assert done.stderr.strip().splitlines()[-1] == "[]"
+
+
 def test_only_the_invoked_command_is_imported(env):
     """`cw status` must not pay for the launch options, nor `cw --help` for any command."""
     probe = (
