@@ -152,6 +152,15 @@ def test_a_failed_rank_restarts_the_whole_gang_and_status_counts_it(gang_namespa
     assert "state: Succeeded" in _cw(env, namespace, "status", "ranks").stdout
 
 
+def _restart_then_end(api, namespace: str, name: str, wait_for, after: str) -> str:
+    """Wait for the JobSet's gang to restart once, then for its end: ``Completed`` or ``Failed``."""
+    wait_for(lambda: (_jobset(api, namespace, name)["status"].get("restarts") or 0) >= 1, 60,
+             what=f"the gang to restart after {after}")  # fmt: skip
+    return wait_for(lambda: next((kind for kind in ("Completed", "Failed")
+                                  if _condition(_jobset(api, namespace, name), kind)), None), 90,
+                    what="the run to finish")  # fmt: skip
+
+
 def test_a_disruption_restarts_the_gang_without_using_up_max_restarts(gang_namespace, tmp_path, wait_for):
     api, env, namespace = gang_namespace
     _launch_two_nodes(env, namespace, tmp_path, "drained", max_restarts=0)  # any counted failure would end it
@@ -159,11 +168,7 @@ def test_a_disruption_restarts_the_gang_without_using_up_max_restarts(gang_names
     eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=victim.metadata.name, namespace=namespace))
     client.CoreV1Api(api).create_namespaced_pod_eviction(victim.metadata.name, namespace, eviction)
 
-    wait_for(lambda: (_jobset(api, namespace, "drained")["status"].get("restarts") or 0) >= 1, 60,
-             what="the gang to restart after the eviction")  # fmt: skip
-    finished = wait_for(lambda: next((kind for kind in ("Completed", "Failed")
-                                      if _condition(_jobset(api, namespace, "drained"), kind)), None), 90,
-                        what="the run to finish")  # fmt: skip
+    finished = _restart_then_end(api, namespace, "drained", wait_for, after="the eviction")
     assert finished == "Completed"  # "Failed" if the disruption had counted against max_restarts: 0
     assert not _jobset(api, namespace, "drained")["status"].get("restartsCountTowardsMax")
 
@@ -203,10 +208,6 @@ def test_a_rank_that_stopped_with_a_checkpoint_restarts_the_gang_without_using_u
     victim = wait_for(lambda: _rank_pod(api, namespace, "stopped", "1"), 60, what="rank 1 to run")
     client.CoreV1Api(api).patch_namespaced_pod(victim.metadata.name, namespace, {"metadata": {"annotations": {
         "kwok.cw/exit-code": "143", "pod-complete.stage.kwok.x-k8s.io/delay": "1s"}}})  # fmt: skip
-    wait_for(lambda: (_jobset(api, namespace, "stopped")["status"].get("restarts") or 0) >= 1, 60,
-             what="the gang to restart after the stop")  # fmt: skip
-    finished = wait_for(lambda: next((kind for kind in ("Completed", "Failed")
-                                      if _condition(_jobset(api, namespace, "stopped"), kind)), None), 90,
-                        what="the run to finish")  # fmt: skip
+    finished = _restart_then_end(api, namespace, "stopped", wait_for, after="the stop")
     assert finished == "Completed"  # "Failed" if the stop had counted against max_restarts: 0
     assert not _jobset(api, namespace, "stopped")["status"].get("restartsCountTowardsMax")
