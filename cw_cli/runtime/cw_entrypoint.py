@@ -27,6 +27,10 @@ resumes), and a stall (no step for longer than the stall timeout) dumps every ra
 exits 75. Without ``cw_fault.py`` (an older ConfigMap) or with ``CW_FAULT_TOLERANCE=0`` the
 process image is replaced (``os.execvp``), so signals and the exit code are the command's own.
 
+With ``CW_NOTIFY`` (the config's ``notify:``) the first pod tells the user through
+``cw_notify.py`` (shipped beside this file): a restart at the start, success, failure (and why)
+or a stall at the end; sending never blocks or fails the run.
+
 Options before the command: ``--dry-run`` prints the final command instead, ``--no-resume``
 skips the resume step, ``--setup JSON`` runs a JSON argv first (e.g. installing a verifiers
 environment from its hub; its failure stops the pod with its exit code); ``--`` ends them.
@@ -41,6 +45,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _PREFIX = "[cw-launch]"
@@ -200,15 +205,19 @@ def main(argv: list[str] | None = None) -> int:
             setups.append([str(part) for part in json.loads(argv.pop(0))])
         options.add(option)
     dry_run = "--dry-run" in options
+    notifier = None
     if not dry_run:
         resume_changed = os.environ.get(RESUME_CHANGED_ENV, "") not in ("", "0")
         note = claim_folder(os.getcwd(), os.environ.get(IDENTITY_ENV), resume_changed)
         print(f"{_PREFIX} {note}", file=sys.stderr, flush=True)
+        notifier = _notifier()
         for setup in setups:
             print(f"{_PREFIX} setup: {' '.join(setup)}", file=sys.stderr, flush=True)
             code = subprocess.call(setup)
             if code != 0:
                 print(f"{_PREFIX} setup failed with exit code {code}: {' '.join(setup)}", file=sys.stderr, flush=True)
+                if notifier is not None:
+                    notifier.ended(code)
                 return code
     if "--no-resume" in options:
         command, reason = build_command(argv, {"CW_AUTO_RESUME": "0"})
@@ -219,14 +228,34 @@ def main(argv: list[str] | None = None) -> int:
     if dry_run:
         print(json.dumps(command))
         return 0
+    if notifier is not None:
+        notifier.started(reason)  # a restart of the run is told
     supervise = _supervisor()
     if supervise is not None:
         print(f"{_PREFIX} run (stops at a step end on SIGTERM, watches for stalls): {' '.join(command)}",
               file=sys.stderr, flush=True)  # fmt: skip
-        return supervise(command, os.getcwd())
+        code = supervise(command, os.getcwd())
+        if notifier is not None:
+            notifier.ended(code)  # succeeded, failed (why), stalled
+        return code
+    if notifier is not None:
+        notifier.detach()
     print(f"{_PREFIX} exec: {' '.join(command)}", file=sys.stderr, flush=True)
     os.execvp(command[0], command)
     return 127  # pragma: no cover - execvp does not return
+
+
+def _notifier() -> Any:
+    """cw_notify's notifier (shipped beside this file with `notify:`), or None: no `notify`, not
+    the first pod, or an older ConfigMap. Notifications never stop a run."""
+    if not os.environ.get("CW_NOTIFY"):
+        return None
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        import cw_notify
+    except ImportError:
+        return None
+    return cw_notify.begin(os.getcwd())
 
 
 def _supervisor() -> Callable[[list[str], str], int] | None:
