@@ -241,12 +241,23 @@ def _rank_state() -> _RankState | None:
     return _STATE
 
 
+def _progress_reporter() -> Any:
+    """cw_progress's reporter (shipped beside this file), or None where it is not there."""
+    try:
+        import cw_progress
+    except ImportError:
+        return None
+    return cw_progress.reporter()
+
+
 def callback_class() -> Any:
     """The TrainerCallback cw adds to every Trainer (built on first use: it imports transformers)."""
     global _CALLBACK_CLASS
     if _CALLBACK_CLASS is not None:
         return _CALLBACK_CLASS
     from transformers import TrainerCallback
+
+    progress = _progress_reporter()
 
     class CwFaultCallback(TrainerCallback):
         """Heartbeats, the agreed stop at a step boundary, and the complete-checkpoint marker."""
@@ -256,6 +267,12 @@ def callback_class() -> Any:
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.cw.heartbeat(state.global_step)
+            if progress:  # cw_progress.py: the line `cw status` reads
+                progress.train_begin(args, state)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if progress:
+                progress.log(args, state, logs)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.cw.heartbeat(state.global_step)
@@ -281,6 +298,8 @@ def callback_class() -> Any:
                     fh.write(json.dumps({"step": state.global_step, "time": _utc(time.time())}) + "\n")
                     fh.flush()
                     os.fsync(fh.fileno())
+                if progress:
+                    progress.saved(state, str(checkpoint))
             self.cw.heartbeat(state.global_step)
             if self.cw.stopping:
                 if state.is_world_process_zero:
