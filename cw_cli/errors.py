@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     REJECTED = 6
     FORBIDDEN = 7
     TIMEOUT = 8
+    GATE_REFUSED = 9
     INTERRUPTED = 130
 
 
@@ -103,6 +104,12 @@ class Interrupted(CwError):
     """Ctrl-C, SIGTERM or SIGHUP stopped cw; the message says what happened to the run."""
 
     exit_code = ExitCode.INTERRUPTED
+
+
+class GateRefused(CwError):
+    """The run's export gate refuses the checkpoint: it scores worse than the base model (``--force`` exports it)."""
+
+    exit_code = ExitCode.GATE_REFUSED
 
 
 class RunFailed(CwError):

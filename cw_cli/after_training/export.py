@@ -10,6 +10,7 @@ from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.k8s.run_facts import claims_of, output_dir_of, trainer_of
 from cw_cli.labels import TRAINER
 from cw_cli.render.export import EXPORT_TTL_HOURS, ExportChoice, ExportFacts, export_manifests, export_name
+from cw_cli.render.scores import gate_of
 from cw_cli.render.workload import owner_kind
 
 #: Environment entries of the trainer the export needs: the Hub token and where the cache is, and
@@ -54,6 +55,7 @@ def export_facts(kube: Kube, run_name: str, choice: ExportChoice) -> ExportFacts
         tolerations=pod.get("tolerations") or [],
         service_account=pod.get("serviceAccountName"),
         pull_policy=container.get("imagePullPolicy", "IfNotPresent"),
+        gate=gate_of(owner),
     )
 
 

@@ -181,13 +181,14 @@ class AfterTraining:
     def export(
         self, *, checkpoint: str = "final", merge: bool = False, push_to_hub: str | None = None, private: bool = False,
         overwrite: bool = False, gpu: int = 0, cpu: str = "8", memory: str = "64Gi", to: str | None = None,
-        secrets: Sequence[str] = (),
+        secrets: Sequence[str] = (), force: bool = False,
     ) -> Export:  # fmt: skip
         """Start a Job that turns a checkpoint of the run into a model ready to use, on its volume.
 
         Args:
             checkpoint: ``final`` (the model saved at the end; the run must have succeeded),
-                ``latest`` (its newest complete checkpoint) or a step number.
+                ``latest`` (its newest complete checkpoint), ``best`` (its best evaluated
+                checkpoint) or a step number.
             merge: Merge a LoRA adapter into its base model.
             push_to_hub: Also upload it to this Hub repository (with the run's ``HF_TOKEN``).
             private: Create that repository private.
@@ -198,19 +199,23 @@ class AfterTraining:
             to: Also copy it to object storage (``s3://BUCKET/PATH``, ``gs://``, ``az://``) from the pod.
             secrets: ``VAR=SECRET[:KEY]``: environment variables of the export pod taken from Secrets
                 (the upload's credentials, e.g. ``AWS_SECRET_ACCESS_KEY=s3-credentials``).
+            force: Export even where the run's export gate (its config's ``gate:``) refuses the
+                checkpoint for scoring worse than the base model.
 
         Returns:
             The export, to wait for (``RUN/exported/<final|checkpoint-N>[-merged]`` on the volume).
 
         Raises:
-            ConfigError: A bad choice, outputs on no volume, ``final`` before the run succeeded, or
-                what the run's folder lacks for the choice (read in a reader pod first).
+            ConfigError: A bad choice, outputs on no volume, ``final`` before the run succeeded,
+                what the run's folder lacks for the choice (read in a reader pod first), or
+                ``best`` without scores.
+            GateRefused: The export gate refuses the checkpoint (without ``force``).
             NotFound: No such run.
             Conflict: The same export exists already.
         """
         from cw_cli.after_training.export import create_export, export_facts
         from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
-        from cw_cli.render.export import ExportChoice, check_choice, listing_problems
+        from cw_cli.render.export import ExportChoice, check_choice, check_gate, listing_problems, resolve_best
 
         try:
             cpu, memory = normalize_quantity(cpu, MIN_CPU, "cpu"), normalize_quantity(memory, MIN_MEMORY, "memory")
@@ -222,7 +227,11 @@ class AfterTraining:
         if problems:
             raise ConfigError(problems, hint="cw export --help")
         facts = export_facts(self.session.kube, self.name, choice)
-        problems = listing_problems(choice, self.artifacts())  # what the Job would fail on, before it exists
+        listing = self.artifacts()
+        choice = resolve_best(choice, listing)  # `best` is a step from here on: the Job's name says which
+        problems = listing_problems(choice, listing)  # what the Job would fail on, before it exists
         if problems:
             raise ConfigError(problems, hint=f"`cw artifacts {self.name}` lists what the run left")
+        if facts.gate is not None and not force:
+            check_gate(facts.gate, choice, listing)
         return Export(create_export(self.session.kube, facts, choice), cast("Run", self), facts.run_dir)

@@ -24,7 +24,7 @@ LINE_EVERY_S = 30.0
 @run_argument()
 @click.argument("dest", type=click.Path(path_type=Path))
 @click.option("--checkpoint", default="final", show_default=True, callback=checkpoint_form,
-              help="final, latest (the newest complete checkpoint), a step number, or export:NAME.")
+              help="final, latest (the newest complete checkpoint), best (the best evaluated one), a step number, or export:NAME.")
 @click.option("--local", is_flag=True, help="RUN is a --local run: its folder ./cw-local/RUN (or a path to it).")
 @namespace_option
 @context_option

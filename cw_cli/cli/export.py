@@ -14,7 +14,8 @@ from cw_cli.errors import ConfigError
 @click.command("export")
 @run_argument()
 @click.option("--checkpoint", default="final", show_default=True,
-              help="final (the model saved at the end), latest (the newest complete checkpoint) or a step number.")
+              help="final (the model saved at the end), latest (the newest complete checkpoint), best (the best evaluated one) "
+                   "or a step number.")
 @click.option("--merge", is_flag=True, help="Merge a LoRA adapter into its base model.")
 @click.option("--push-to-hub", "push_to_hub", metavar="REPO", help="Also upload it to this Hub repository (the run's HF_TOKEN).")
 @click.option("--private", is_flag=True, help="With --push-to-hub: create the repository private.")
@@ -23,6 +24,7 @@ from cw_cli.errors import ConfigError
 @click.option("--secret", "secrets", metavar="VAR=SECRET[:KEY]", multiple=True,
               help="An environment variable of the export pod from a Secret's key (the upload's credentials); repeatable.")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier export of the same checkpoint.")
+@click.option("--force", is_flag=True, help="Export even where the run's export gate refuses the checkpoint (worse than the base model).")
 @click.option("--gpu", type=int, default=0, show_default=True, help="GPUs for the export pod.")
 @click.option("--cpu", default="8", show_default=True, help="CPU of the export pod.")
 @click.option("--memory", default="64Gi", show_default=True, help="Memory of the export pod (a merge holds the base model).")
@@ -32,7 +34,7 @@ from cw_cli.errors import ConfigError
 @handle_errors
 def export_command(
     run: str, checkpoint: str, merge: bool, push_to_hub: str | None, private: bool, to: str | None,
-    secrets: tuple[str, ...], overwrite: bool, gpu: int, cpu: str, memory: str, wait: bool, timeout: float | None,
+    secrets: tuple[str, ...], overwrite: bool, force: bool, gpu: int, cpu: str, memory: str, wait: bool, timeout: float | None,
     namespace: str | None, context: str | None,
 ) -> None:  # fmt: skip
     """Export a run's model to RUN/exported/ on its checkpoint volume (merged, or pushed to the Hub)."""
@@ -45,7 +47,8 @@ def export_command(
         raise ConfigError([problem], hint="e.g. --wait --timeout 3600")
     session = api.Session(context=context, namespace=namespace)
     started = session.run(run).export(checkpoint=checkpoint, merge=merge, push_to_hub=push_to_hub, private=private,
-                                      overwrite=overwrite, gpu=gpu, cpu=cpu, memory=memory, to=to, secrets=secrets)  # fmt: skip
+                                      overwrite=overwrite, force=force, gpu=gpu, cpu=cpu, memory=memory, to=to,
+                                      secrets=secrets)  # fmt: skip
     say(f"export {click.style(started.name, bold=True)} started: {printable(started.run_dir)}/exported/ on the run's volume"
         + (f", then {printable(to)}" if to else ""))
     say(f"next: cw logs {run} --role export -f   cw status {run}")

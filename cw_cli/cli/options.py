@@ -153,9 +153,9 @@ def run_argument(required: bool = True) -> Callable[[F], F]:
     return click.argument("run", metavar="RUN", required=required, shell_complete=complete_run)
 
 
-#: What ``--checkpoint`` may name (download, serve, try): final, latest, a step number, or
+#: What ``--checkpoint`` may name (download, serve, try): final, latest, best, a step number, or
 #: ``export:NAME`` (a folder of ``RUN/exported``, so one path component).
-_CHECKPOINT_FORM = re.compile(r"final|latest|[0-9]{1,11}|export:(?!\.\.?$)[^/\x00-\x1f\x7f]{1,200}")
+_CHECKPOINT_FORM = re.compile(r"final|latest|best|[0-9]{1,11}|export:(?!\.\.?$)[^/\x00-\x1f\x7f]{1,200}")
 
 
 def checkpoint_form(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -163,10 +163,10 @@ def checkpoint_form(ctx: click.Context, param: click.Parameter, value: str) -> s
     (exit 2), before any cluster is asked; whether the run has it is the cluster's to say.
 
     Raises:
-        click.BadParameter: Not final, latest, a step number or export:NAME.
+        click.BadParameter: Not final, latest, best, a step number or export:NAME.
     """
     if not _CHECKPOINT_FORM.fullmatch(value):
-        raise click.BadParameter(f"{value[:40]!r}: expected final, latest, a step number or export:NAME")
+        raise click.BadParameter(f"{value[:40]!r}: expected final, latest, best, a step number or export:NAME")
     return value
 
 

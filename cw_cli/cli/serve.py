@@ -14,7 +14,7 @@ SERVE_DRY_RUN_HEADER = (
     "# cw serve --dry-run: the server's Pod and Service, created nowhere (cw read the run's volume\n"
     "# in a reader pod to choose the model; `cw serve` also makes the Pod the Service's owner).\n"
 )
-_CHECKPOINT_HELP = "final, latest, a step number, or export:NAME (e.g. export:final-merged)."
+_CHECKPOINT_HELP = "final, latest, best (the best evaluated checkpoint), a step number, or export:NAME (e.g. export:final-merged)."
 
 
 @click.command("serve")

@@ -22,6 +22,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
 from pydantic.functional_validators import AfterValidator, BeforeValidator
 
+from cw_cli.config.gate import GateSpec
 from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
 from cw_cli.types import CODE_MOUNT
 
@@ -486,6 +487,11 @@ class ClusterSpec(StrictModel):
     )
     services: dict[Literal["server", "reward"], ServiceResources] = Field(
         default={}, description="Per-service settings of multi-service types: server, reward."
+    )
+    gate: GateSpec | None = Field(
+        default=None,
+        description="The export gate: `cw export` refuses a checkpoint scoring worse than the base model by more "
+        "than max_drop on metric (the evaluation's scores), unless --force.",
     )
 
     _numbers_not_bools = field_validator(

@@ -13,12 +13,14 @@ import hashlib
 import re
 from typing import Any
 
-from msgspec import Struct, field
+from msgspec import Struct, field, structs
 
+from cw_cli.errors import GateRefused
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT, CONFIG_MOUNT
 from cw_cli.frameworks.runtime_files import EXPORT_FILE, PIP_FILE, runtime_file, with_requirements
 from cw_cli.labels import COMPONENT_LABEL, EXPORT, GPU_RESOURCE
 from cw_cli.render.plan import CONTAINER_SECURITY, POD_SECURITY
+from cw_cli.render.scores import Gate, best_checkpoint, gate_refusal
 from cw_cli.render.templates import render_manifest
 
 # What `--to` may name, and fsspec's driver package per scheme: the pod-side script's own rules
@@ -53,6 +55,7 @@ class ExportFacts(Struct, frozen=True):
         tolerations: The trainer's tolerations.
         service_account: The trainer's ServiceAccount, if any.
         pull_policy: The trainer's imagePullPolicy.
+        gate: The export gate the run was launched with (its config's ``gate:``), if any.
     """
 
     run_name: str
@@ -66,6 +69,7 @@ class ExportFacts(Struct, frozen=True):
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     service_account: str | None = None
     pull_policy: str = "IfNotPresent"
+    gate: Gate | None = None
 
 
 class ExportChoice(Struct, frozen=True):
@@ -111,8 +115,8 @@ def secret_refs(choice: ExportChoice) -> dict[str, tuple[str, str]]:
 def check_choice(choice: ExportChoice) -> list[str]:
     """Problems with the flags, each naming the flag (empty when they are fine)."""
     problems = []
-    if choice.checkpoint not in ("final", "latest") and not re.fullmatch(r"[0-9]{1,11}", choice.checkpoint):
-        problems.append(f"--checkpoint {choice.checkpoint[:40]!r}: expected final, latest or a step number such as 500")
+    if choice.checkpoint not in ("final", "latest", "best") and not re.fullmatch(r"[0-9]{1,11}", choice.checkpoint):
+        problems.append(f"--checkpoint {choice.checkpoint[:40]!r}: expected final, latest, best or a step number such as 500")
     hub, to = choice.push_to_hub, choice.to
     problem = repo_id_problem(hub) if hub is not None else None
     if problem:
@@ -257,3 +261,38 @@ def listing_problems(choice: ExportChoice, listing: dict[str, Any]) -> list[str]
         return [f"{chosen.get('path', run_dir)} holds a full model, not a LoRA adapter: there is nothing to merge; "
                 "drop --merge"]  # fmt: skip
     return []
+
+
+def resolve_best(choice: ExportChoice, listing: dict[str, Any]) -> ExportChoice:
+    """``--checkpoint best`` as the step of the run's best evaluated checkpoint; other choices as they are.
+
+    Raises:
+        ConfigError: No checkpoint has scores.
+    """
+    if choice.checkpoint != "best":
+        return choice
+    return structs.replace(choice, checkpoint=str(best_checkpoint(listing)["step"]))
+
+
+def chosen_artifact(choice: ExportChoice, listing: dict[str, Any]) -> dict[str, Any] | None:
+    """The artifact of the listing ``choice`` names (``best`` resolved already), or None."""
+    items = [item for item in listing.get("artifacts") or [] if isinstance(item, dict)]
+    complete = [item for item in items if item.get("kind") == "checkpoint" and item.get("complete")]
+    if choice.checkpoint == "final":
+        return next((item for item in items if item.get("kind") == "final"), None)
+    if choice.checkpoint == "latest":
+        return complete[-1] if complete else None
+    return next((item for item in complete if str(item.get("step")) == str(int(choice.checkpoint))), None)
+
+
+def check_gate(gate: Gate, choice: ExportChoice, listing: dict[str, Any]) -> None:
+    """Refuse the export where the run's gate refuses the chosen checkpoint.
+
+    Raises:
+        GateRefused: It scores worse than the base model by more than the gate allows, or a score
+            the gate needs is missing; the message names both scores.
+    """
+    chosen = chosen_artifact(choice, listing)
+    refusal = gate_refusal(gate, chosen or {}, listing.get("base_scores"))
+    if refusal:
+        raise GateRefused(refusal, hint="export it anyway with --force, or choose another: --checkpoint best or N")

@@ -12,6 +12,9 @@ the final model the Trainer saved in the folder itself; and each ``exported/`` f
 whether it is a LoRA adapter, and what a server needs to know of the model (``model``): an
 adapter's base and rank, the attention heads and the longest context, read from
 ``adapter_config.json`` and ``config.json`` (an adapter's base's, where it is a folder here).
+Where the evaluation scored a model (``checkpoint-N/cw-eval/scores.json``, ``cw-eval/final/`` and
+``cw-eval/base/scores.json`` in the run's folder), its scores document is its ``scores`` (the base
+model's is the listing's ``base_scores``): ``--checkpoint best`` and the export gate read them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 COMPLETE_MARKER = ".cw-complete"  # cw_fault.COMPLETE_MARKER: every rank finished the checkpoint
 #: The largest config file read (a model's config.json is a few KB).
 _CONFIG_MAX = 1 << 20
+#: Where the evaluation writes a model's scores, in its folder (the final and base models': in the run's).
+SCORES = os.path.join("cw-eval", "scores.json")
 _WEIGHTS = re.compile(r"^(model.*\.safetensors|pytorch_model.*\.bin|adapter_model\.(safetensors|bin))$")
 
 
@@ -87,11 +92,18 @@ def _model_facts(folder: str) -> dict:
     return facts
 
 
+def _scores(path: str) -> dict | None:
+    """A scores document the evaluation wrote, or None (none there, or not a JSON object)."""
+    return _json(path) or None
+
+
 def _entry(folder: str, kind: str, step: int | None, complete: bool, metrics: dict) -> dict:
     size, newest, count = _size_and_time(folder, recursive=kind != "final")
     adapter = os.path.isfile(os.path.join(folder, "adapter_config.json"))
+    scores = os.path.join(folder, "cw-eval", "final", "scores.json") if kind == "final" else os.path.join(folder, SCORES)
     return {"kind": kind, "path": folder, "step": step, "complete": complete, "size": size, "files": count,
-            "modified": newest, "adapter": adapter, "model": _model_facts(folder), "metrics": metrics}  # fmt: skip
+            "modified": newest, "adapter": adapter, "model": _model_facts(folder), "metrics": metrics,
+            "scores": _scores(scores)}  # fmt: skip
 
 
 def list_artifacts(run_dir: str) -> dict:
@@ -125,7 +137,8 @@ def list_artifacts(run_dir: str) -> dict:
     for name in sorted(os.listdir(exported)) if os.path.isdir(exported) else []:
         if not name.startswith("."):  # a partial export is not one
             artifacts.append(_entry(os.path.join(exported, name), "export", None, True, {}))
-    return {"run_dir": run_dir, "exists": True, "artifacts": artifacts}
+    base = _scores(os.path.join(run_dir, "cw-eval", "base", "scores.json"))
+    return {"run_dir": run_dir, "exists": True, "artifacts": artifacts, "base_scores": base}
 
 
 if __name__ == "__main__":

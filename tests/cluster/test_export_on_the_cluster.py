@@ -87,7 +87,7 @@ def test_what_cannot_be_exported_is_refused_before_anything_is_created(kube_api,
     cases = [
         (["export", "scratch"], 2, "kept its outputs on no volume"),
         (["export", "nosuch"], 4, "run 'nosuch' not found in namespace"),
-        (["export", "scratch", "--checkpoint", "x"], 2, "expected final, latest or a step number"),
+        (["export", "scratch", "--checkpoint", "x"], 2, "expected final, latest, best or a step number"),
         (["export", "scratch", "--push-to-hub", "bad repo"], 2, "expected a Hub repository"),
         (["export", "scratch", "--push-to-hub", "org/name--x"], 2, "the Hub refuses '--' and '..'"),
         (["export", "scratch", "--to", "s3://Bad/x"], 2, "bucket 'Bad'"),

@@ -32,7 +32,7 @@ def cw(tmp_path_factory):
 @pytest.mark.parametrize("args,message", [
     (["serve", "my-run", "--ttl", "5q"], "'5q': expected a duration such as 90m"),
     (["serve", "my-run", "--ttl", "999999d"], "is longer than a year"),
-    (["serve", "my-run", "--checkpoint", "foo"], "'foo': expected final, latest, a step number or export:NAME"),
+    (["serve", "my-run", "--checkpoint", "foo"], "'foo': expected final, latest, best, a step number or export:NAME"),
     (["try", "my-run", "hi", "--checkpoint", "-5"], "'-5': expected final, latest"),
     (["download", "my-run", "dest", "--checkpoint", "export:"], "'export:': expected"),
     (["download", "my-run", "dest", "--checkpoint", "export:../x"], "expected final, latest"),

@@ -31,8 +31,8 @@ def test_each_choice_names_its_folder(which, folder):
 @pytest.mark.parametrize(
     "which,message",
     [("20", "is being written"), ("30", "has no 30 to download; there: checkpoint 10, final, export:final-merged"),
-     ("export:nope", "has no export:nope"), ("../x", "expected final, latest, a step number or export:NAME"),
-     ("\u00b2", "expected final, latest, a step number or export:NAME")],
+     ("export:nope", "has no export:nope"), ("../x", "expected final, latest, best, a step number or export:NAME"),
+     ("\u00b2", "expected final, latest, best, a step number or export:NAME")],
 )  # fmt: skip
 def test_what_is_not_there_or_not_whole_is_refused(which, message):
     with pytest.raises(ConfigError) as caught:

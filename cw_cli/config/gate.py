@@ -1,0 +1,31 @@
+"""The export gate of a config (``gate:``): how much worse than the base model a checkpoint may
+score before `cw export` refuses it.
+
+Its own module (config/models.py holds only the field). The evaluation writes the scores the gate
+compares (docs/evaluation.md); the launch records the gate on the run's owner, so `cw export` of
+the run applies it without the config file.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class GateSpec(BaseModel):
+    """``gate: {metric: gsm8k/exact_match, max_drop: 0.02}``."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
+
+    metric: str = Field(
+        pattern=r"^[^/\s]{1,100}/[^\s]{1,100}$",
+        description="The deciding task/metric of the evaluation's scores, e.g. gsm8k/exact_match.",
+    )
+    max_drop: float = Field(
+        default=0.0,
+        ge=0,
+        le=1e9,
+        allow_inf_nan=False,
+        description="How much lower (or higher, where lower is better) than the base model's score a checkpoint's "
+        "may be and still be exported; absolute, in the metric's units.",
+    )
+    higher_is_better: bool = Field(default=True, description="Whether a higher value of the metric is better.")
