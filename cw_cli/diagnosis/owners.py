@@ -64,6 +64,14 @@ def job_failure(obj: dict[str, Any], frameworks: FrameworkLookup | None = None) 
             f"{name} failed {failed} time(s) and reached its backoff limit ({spec.get('backoffLimit', 6)} retries): {message}",
             "the cause is the pods' failure (above, and `cw logs RUN`); `backoff_limit:` sets the retries",
         )]  # fmt: skip
+    if reason in ("MaxFailedIndexesExceeded", "FailedIndexes"):  # a multi-node Job: backoffLimitPerIndex
+        failed_indexes = (obj.get("status") or {}).get("failedIndexes") or "?"
+        return [Explanation(
+            "backoff-limit", "backoff limit",
+            f"{name}: the pod of node(s) {failed_indexes} failed more than its backoff limit "
+            f"({spec.get('backoffLimitPerIndex', '?')} retries per node): {message}",
+            "the cause is the pods' failure (above, and `cw logs RUN --rank N`); `backoff_limit:` sets the retries",
+        )]  # fmt: skip
     if reason == "DeadlineExceeded":
         deadline = spec.get("activeDeadlineSeconds")
         limit = f" ({duration(deadline)})" if deadline else ""

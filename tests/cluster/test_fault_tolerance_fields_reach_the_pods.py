@@ -47,3 +47,29 @@ def test_a_pod_that_stopped_with_a_checkpoint_is_replaced_without_failing_the_jo
     job = kube.get("Job", f"{name}-trainer")
     assert not any(c["type"] == "Failed" and c["status"] == "True" for c in job["status"].get("conditions") or []), job["status"]
     assert not job["status"].get("failed"), job["status"]  # ignored: not counted against backoffLimit
+
+
+def test_a_stalled_multi_node_job_retries_every_node_once_each(session, tmp_path, wait_for):
+    """Exit 75 (a stall: every rank's entrypoint gives up) in a 2-node Job retries both pods,
+    counted once per node (backoffLimitPerIndex), where any other exit fails the Job at once; past
+    the per-node limit the Job fails and cw status says which node. The real Job controller
+    applies the rendered policy (KWOK fails every pod with 75)."""
+    name = "stalled-2"
+    config = {**SFT_CONFIG, "backoff_limit": 1, "jobset": False, "nodes": 2,
+              "annotations": {"kwok.cw/exit-code": "75"}}  # fmt: skip
+    session.submit(session.plan(config, "trl", "sft", name=name, gpu=1, base_dir=tmp_path))
+    kube = session.kube
+    wait_for(lambda: len(kube.list("Pod", f"cw-cli.dev/run={name}")) > 2, timeout=90,
+             what="the stalled pods retried")  # fmt: skip
+    job = wait_for(lambda: _failed(kube.get("Job", f"{name}-trainer")), timeout=120, what="the Job failed past its per-node limit")
+    reason = next(c["reason"] for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert reason == "MaxFailedIndexesExceeded", job["status"]
+    # a node's second stall used its one retry: the Job failed then (the other node's retry may still wait out its back-off)
+    assert job["status"].get("failedIndexes"), job["status"]
+    view = session.run(name).status()
+    assert any(e.kind == "backoff-limit" and "per node" in e.message for e in view.explanations), view.explanations
+
+
+def _failed(job: dict) -> dict | None:
+    conditions = job["status"].get("conditions") or []
+    return job if any(c["type"] == "Failed" and c["status"] == "True" for c in conditions) else None

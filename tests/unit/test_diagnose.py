@@ -260,6 +260,14 @@ def test_job_conditions():
     assert explain_owner("Job", running) == []
 
 
+def test_a_multi_node_job_past_its_per_node_limit_says_which_node():
+    job = _job("MaxFailedIndexesExceeded", "Job has exceeded the specified maximal number of failed indexes", failed=4)
+    job["spec"] = {"backoffLimitPerIndex": 1, "maxFailedIndexes": 0}
+    job["status"]["failedIndexes"] = "1"
+    (limit,) = explain_owner("Job", job)
+    assert limit.kind == "backoff-limit" and "node(s) 1" in limit.message and "(1 retries per node)" in limit.message
+
+
 def test_jobset_that_reached_its_restarts():
     jobset = {"metadata": {"name": "r"}, "spec": {"failurePolicy": {"maxRestarts": 3}},
               "status": {"restarts": 3, "conditions": [{"type": "Failed", "status": "True", "reason": "ReachedMaxRestarts",

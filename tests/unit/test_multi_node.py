@@ -127,11 +127,15 @@ def test_node_count_out_of_range_is_refused(tmp_path, nodes):
 
 def test_multi_node_job_fails_whole_on_a_failed_rank_and_single_node_retries(tmp_path):
     multi = plan_for("trl", "sft", write_config(tmp_path, BASE), nodes=2).manifests[0]["spec"]
-    disruption, warned_stop, failure = multi["podFailurePolicy"]["rules"]
+    disruption, warned_stop, stall, failure = multi["podFailurePolicy"]["rules"]
     assert disruption == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}  # checked first
     # a rank that stopped on SIGTERM with a complete checkpoint (exit 143) is replaced, before FailJob sees it
     assert warned_stop == {"action": "Ignore", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [143]}}
+    # a stall (exit 75) retries every node's pod, counted once per index, before FailJob sees it
+    assert stall == {"action": "Count", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [75]}}
     assert failure["action"] == "FailJob"
     assert failure["onExitCodes"] == {"containerName": "trainer", "operator": "NotIn", "values": [0]}
+    assert (multi["backoffLimitPerIndex"], multi["maxFailedIndexes"]) == (2, 0) and "backoffLimit" not in multi
     single = plan_for("trl", "sft", write_config(tmp_path, BASE)).manifests[0]["spec"]
     assert single["podFailurePolicy"]["rules"] == [disruption, warned_stop] and single["backoffLimit"] == 2
+    assert "backoffLimitPerIndex" not in single
