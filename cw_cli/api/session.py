@@ -170,6 +170,10 @@ class Session:
             )  # fmt: skip
         if check_memory:
             self.check_memory(planned, gpu_memory=gpu_memory, force=force, dry_run=server_dry_run, progress=progress)
+        if planned.request.config.cluster.notify is not None:  # Apprise reads the URLs: only a launch pays for it
+            from cw_cli.config.notify import check_urls
+
+            check_urls(planned.request.config.cluster.notify, planned.request.config.path)
         result = launch(
             self.kube,
             planned.plan,

@@ -93,9 +93,11 @@ def _format_validation_error(
 
 def _known_fields_at(loc: tuple[Any, ...]) -> list[str]:
     """Field names valid at a location, for "did you mean" on unknown keys."""
-    from cw_cli.config.models import SecretRef, ServiceResources, Toleration
+    from cw_cli.config.models import NotifySpec, SecretRef, ServiceResources, Toleration
 
-    nested: dict[str, type[BaseModel]] = {"services": ServiceResources, "secrets": SecretRef, "tolerations": Toleration}
+    nested: dict[str, type[BaseModel]] = {
+        "services": ServiceResources, "secrets": SecretRef, "tolerations": Toleration, "notify": NotifySpec
+    }
     model = nested.get(str(loc[0]), ClusterSpec) if loc else ClusterSpec
     return sorted(model.model_fields)
 
@@ -155,6 +157,10 @@ def load_run_config(
     issues += problems
     if cluster is not None:
         issues += _environment_problems(cluster, framework, native, host_env, launch, source, origins)
+    if cluster is not None and cluster.eval is not None:  # task names and the metric, before anything is created
+        from cw_cli.config.eval_tasks import check_eval
+
+        issues += [f"{_origin(('eval',), source, origins)}: {p}" for p in check_eval(cluster.eval, path.parent)[0]]
     if not own_script:
         issues += _native_problems(framework.validate_config(native, training_type), source, path)
     if issues or cluster is None:

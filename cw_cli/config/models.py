@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchem
 from pydantic.functional_validators import AfterValidator, BeforeValidator
 
 from cw_cli.config.gate import GateSpec
+from cw_cli.config.notify import NotifySpec
 from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
 from cw_cli.types import CODE_MOUNT
 
@@ -446,6 +447,11 @@ class ClusterSpec(StrictModel):
         "go to <run>/.cw/stacks-<time>/ and the pod restarts from the last checkpoint. Default: 5 times the "
         "slowest step so far, at least 600.",
     )
+    notify: NotifySpec | None = Field(
+        default=None,
+        description="Notifications the cluster sends (Slack, email, Discord, a webhook...: Apprise URLs) on success, "
+        "failure, stall and restart: {urls: [...], secret: <Secret for the URLs' {KEY} parts>, events: [...]}.",
+    )
     jobset: Literal["auto"] | bool = Field(
         default="auto",
         description="Run as a JobSet: gang restarts of a multi-node trainer, and trainer and servers admitted by "
@@ -624,4 +630,4 @@ def _build_without_plugin_lookup(*models: type[BaseModel]) -> None:
             del os.environ[_PLUGIN_SWITCH]
 
 
-_build_without_plugin_lookup(SecretRef, Toleration, VolumeMount, CodeSource, ServiceResources, ClusterSpec)
+_build_without_plugin_lookup(SecretRef, Toleration, VolumeMount, CodeSource, ServiceResources, NotifySpec, ClusterSpec)

@@ -10,7 +10,15 @@ from msgspec import Struct
 from cw_cli.config.models import NO_VOLUME
 from cw_cli.errors import ConfigError
 from cw_cli.frameworks.base import BaseTrainingFramework, RunContext, ServiceDef
-from cw_cli.frameworks.runtime_files import CODE_FILE, ENTRYPOINT_FILE, FAULT_FILE, KEEPER_FILE, PIP_FILE, runtime_file
+from cw_cli.frameworks.runtime_files import (
+    CODE_FILE,
+    ENTRYPOINT_FILE,
+    FAULT_FILE,
+    KEEPER_FILE,
+    NOTIFY_FILE,
+    PIP_FILE,
+    runtime_file,
+)
 from cw_cli.render.dataset_check import check_datasets
 from cw_cli.render.outputs import place_outputs
 from cw_cli.render.shipped_files import (
@@ -54,7 +62,7 @@ def volume_choice(request: RunRequest, framework: BaseTrainingFramework) -> list
 
 
 #: cw's pod-side files a run's ConfigMap may carry: a user's file may not take their names.
-RUNTIME_KEYS = (PIP_FILE, ENTRYPOINT_FILE, FAULT_FILE, KEEPER_FILE, CODE_FILE, CODE_ARCHIVE)
+RUNTIME_KEYS = (NOTIFY_FILE, PIP_FILE, ENTRYPOINT_FILE, FAULT_FILE, KEEPER_FILE, CODE_FILE, CODE_ARCHIVE)
 
 
 class FrameworkOutput(Struct):
@@ -141,6 +149,8 @@ def configmap_files(request: RunRequest, output: FrameworkOutput, workload: Work
         runtime.append(PIP_FILE)
     if not request.services_only:
         runtime += [ENTRYPOINT_FILE, FAULT_FILE]  # cw_fault.py: the entrypoint's supervisor (issue 34)
+    if request.config.cluster.notify is not None and not request.services_only:
+        runtime.append(NOTIFY_FILE)  # cw_notify.py: the trainer tells the user (issue 34)
     if output.services and workload.strategy.server_keeper:  # a JobSet stops its servers itself
         runtime.append(KEEPER_FILE)
     if request.config.cluster.code is not None and not request.services_only:

@@ -17,6 +17,7 @@ from cw_cli.frameworks.base import CHECKPOINT_MOUNT, RunContext, ServiceDef
 from cw_cli.frameworks.runtime_files import IDENTITY_ENV, RESUME_CHANGED_ENV, with_entrypoint, with_requirements
 from cw_cli.labels import COMPONENT_LABEL, KEEPER, LIFETIME_ANNOTATION, TRAINER
 from cw_cli.render.keeper import keeper_container, keeper_rules, keeper_subjects, token_volume
+from cw_cli.render.notify import notify_env
 from cw_cli.render.pod_parts import (
     HELPER_SECURITY,
     NO_MESH_ANNOTATIONS,
@@ -108,7 +109,7 @@ def _trainer_env(scope: Scope, output: FrameworkOutput, workload: Workload) -> l
     )
     if cluster.nodes > 1:
         env += multi_node_env(workload.strategy.master_address(request.run_name, context.names), cluster.nodes)
-    return env
+    return env + notify_env(cluster.notify, request.run_name)  # the trainer alone holds the Secret's keys
 
 
 def trainer_job(scope: Scope, output: FrameworkOutput, workload: Workload) -> dict[str, Any]:
