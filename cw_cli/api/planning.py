@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from msgspec import Struct
+from msgspec import Struct, structs
 
 from cw_cli.config.options import LaunchOptions, launch_options
 from cw_cli.errors import ClusterUnreachable, ConfigError, CwError
@@ -165,6 +165,7 @@ def plan(
     options = launch_options(options, flags)
     loaded, kind = (registry or _registry()).resolve_type(framework, training_type)
     run_config = load_config(config, loaded, kind, options, base_dir)
+    run_config = _resolve_run_refs(run_config, loaded, options, connect, if_reachable)
     _check_timeout(options.timeout)
     # `--name ""` is a mistake to report, not a request for a generated name.
     run_name = validate_run_name(options.name) if options.name is not None else (
@@ -212,6 +213,48 @@ def load_config(
     host_env = os.environ if options.local else None  # a local trainer inherits this environment
     return load_run_config(path, loaded.framework, kind, options.assignments(), options, source=source,
                            host_env=host_env, launch=launch)  # fmt: skip
+
+
+def _resolve_run_refs(
+    run_config: RunConfig, loaded: LoadedFramework, options: LaunchOptions, connect: Callable[[], Kube] | None,
+    if_reachable: bool,
+) -> RunConfig:  # fmt: skip
+    """The config with its ``run:NAME`` model replaced by that run's model on the volume
+    (docs/pipelines.md): resolved at launch; a dry run checks the run without reading its folder
+    (no reader pod), an offline plan keeps the reference and says so.
+
+    Raises:
+        ConfigError: A malformed reference, no such run, one that did not succeed, lives on another
+            volume or lacks the model named; a ``--local`` run.
+    """
+    from cw_cli.render.run_refs import find_refs
+
+    refs = find_refs(run_config.path, run_config.native, loaded.framework.model_key)
+    if not refs:
+        return run_config
+    if options.local:
+        raise ConfigError([f"{run_config.path}: {refs[0].key}: {refs[0].text}: a --local run cannot start from a run on the cluster"],
+                          hint="download its model first (cw download RUN DEST) and name that folder")  # fmt: skip
+    notices = list(run_config.notices)
+    native = dict(run_config.native)
+    for ref in refs:
+        try:
+            if connect is None:
+                raise ClusterUnreachable("no cluster connection")
+            from cw_cli.after_training.run_refs import resolve_ref
+
+            path = resolve_ref(connect(), run_config.path, ref, run_config.cluster.checkpoint_volume, look=not if_reachable)
+        except ConfigError:
+            raise
+        except CwError as exc:
+            if connect is not None and not if_reachable:
+                raise
+            notices.append(f"{ref.key}: {ref.text} is resolved at launch (the cluster was not asked: {exc.message})")
+            continue
+        native[ref.key] = path
+        notices.append(f"{ref.key}: {ref.text} is {path} on volume {run_config.cluster.checkpoint_volume}"
+                       + ("" if not if_reachable else " (its folder is read at launch)"))  # fmt: skip
+    return structs.replace(run_config, native=native, notices=notices)
 
 
 def _check_timeout(timeout: float | None) -> None:
