@@ -19,12 +19,15 @@ OUTPUTS = ("table", "json", "yaml")
 #: Fields of every run, in `cw list -o json` (items[]) and `cw status -o json`.
 RUN_FIELDS = (
     "name", "namespace", "framework", "type", "state", "gpus", "created", "age_seconds", "restarts", "failure", "objects",
-    "sweep", "links",
+    "sweep", "links", "progress",
 )  # fmt: skip
 #: Fields `cw status -o json` adds.
-STATUS_FIELDS = ("pods", "services", "queue", "problems", "explanations", "progress")
+STATUS_FIELDS = ("pods", "services", "queue", "problems", "explanations")
 POD_FIELDS = ("name", "role", "rank", "phase", "ready", "node", "reason")
-PROGRESS_FIELDS = ("step", "total", "elapsed_s", "eta_s", "steps_per_s")
+PROGRESS_FIELDS = (
+    "step", "total", "elapsed_s", "eta_s", "steps_per_s", "samples_per_s", "tokens_per_s", "checkpoint", "checkpoint_at",
+    "checkpoint_age_s",
+)  # fmt: skip
 EXPLANATION_FIELDS = ("kind", "summary", "message", "fix", "pod", "container", "log")
 #: `--state` values: the first word of a state, lower-case (`Queued (Kueue)` is `queued`).
 STATES = ("pending", "starting", "queued", "running", "succeeded", "failed", "half-made", "services-only", "unknown")
@@ -77,6 +80,7 @@ def run_dict(view: RunView, now: datetime | None = None) -> dict[str, Any]:
         "objects": list(view.objects),
         "sweep": view.sweep,
         "links": dict(view.links),
+        "progress": progress_dict(view.progress, now) if view.progress else None,
     }
 
 
@@ -91,13 +95,15 @@ def status_dict(view: RunView, now: datetime | None = None) -> dict[str, Any]:
     data["queue"] = view.queue
     data["problems"] = list(view.problems)
     data["explanations"] = [e.as_dict() for e in view.explanations]
-    data["progress"] = progress_dict(view.progress) if view.progress else None
     return data
 
 
-def progress_dict(progress: Progress) -> dict[str, Any]:
-    """The running trainer's progress bar: ``{step, total, elapsed_s, eta_s, steps_per_s}``."""
-    return {name: getattr(progress, name) for name in PROGRESS_FIELDS}
+def progress_dict(progress: Progress, now: datetime | None = None) -> dict[str, Any]:
+    """The running trainer's progress: :data:`PROGRESS_FIELDS` (``checkpoint_at`` RFC 3339, UTC)."""
+    data = {name: getattr(progress, name) for name in PROGRESS_FIELDS[:-2]}
+    data["checkpoint_at"] = progress.checkpoint_at.isoformat().replace("+00:00", "Z") if progress.checkpoint_at else None
+    data["checkpoint_age_s"] = progress.checkpoint_age_s(now)
+    return data
 
 
 def list_dict(views: list[RunView], now: datetime | None = None) -> dict[str, Any]:

@@ -67,10 +67,12 @@ def list_command(
         where = "any namespace" if all_namespaces else f"namespace {session.namespace}"
         echo(f"no {'matching ' if state or framework or sweep else ''}runs in {where}", err=True)
         return
-    columns = ["RUN", "FRAMEWORK", "TYPE", "STATE", "GPUS", "AGE", "REASON"]
+    columns = ["RUN", "FRAMEWORK", "TYPE", "STATE", "GPUS", "STEP", "ETA", "RESTARTS", "AGE", "REASON"]
     rows = [
         [*([run.namespace] if all_namespaces else []), run.name, run.framework, run.training_type, run.state,
-         str(run.gpus), _age(run.created), run.failure or ""]
+         str(run.gpus), f"{run.progress.step}/{run.progress.total}" if run.progress else "",
+         run.progress.eta() if run.progress else "", "" if run.restarts is None else str(run.restarts),
+         _age(run.created), run.failure or ""]
         for run in runs
     ]  # fmt: skip
     click.echo(table([*(["NAMESPACE"] if all_namespaces else []), *columns], rows), nl=False)
@@ -101,10 +103,15 @@ def status_command(run: str, namespace: str | None, context: str | None, output:
     bold = lambda text: click.style(p(text), bold=True)  # noqa: E731
     echo(f"run {bold(view.name)}  {p(view.framework)} {p(view.training_type)}  state: {bold(view.state)}  GPUs: {view.gpus}")
     echo("objects: " + p(", ".join(view.objects)))
-    if view.restarts is not None:
-        echo(f"gang restarts: {view.restarts} (JobSet; each resumes from the last checkpoint)")
+    if view.restarts:
+        gang = any(o.startswith("JobSet/") for o in view.objects)
+        what = "gang restarts: {} (JobSet; " if gang else "restarts: {} (trainer pods replaced; "
+        echo(what.format(view.restarts) + "each resumes from the last complete checkpoint)")
     if view.progress is not None:
         echo(f"progress: {view.progress.line()}")
+        checkpoint = view.progress.checkpoint_line()
+        if checkpoint:
+            echo(f"last checkpoint: {p(checkpoint)}")
     if view.sweep:
         echo(f"sweep: {p(view.sweep)} (cw list --sweep {p(view.sweep)})")
     if "wandb" in view.links:

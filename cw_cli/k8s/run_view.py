@@ -5,6 +5,7 @@ namespace read at once."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
 from msgspec import Struct, field
@@ -12,13 +13,17 @@ from msgspec import Struct, field
 from cw_cli.client.connection import Kube
 from cw_cli.diagnosis.diagnose import Explanation, diagnose, log_requests, summary
 from cw_cli.diagnosis.pods import restart_exit
-from cw_cli.diagnosis.progress import Progress
-from cw_cli.k8s.queries import RUN_KINDS, LogKey, creation_time, read_logs, run_objects, run_selector
+from cw_cli.diagnosis.progress import Progress, training_progress
+from cw_cli.diagnosis.restarts import run_restarts
+from cw_cli.k8s.queries import RUN_KINDS, LogKey, creation_time, gather, read_log_tail, read_logs, run_objects, run_selector
 from cw_cli.labels import (
+    COMPLETION_INDEX_ANNOTATION,
+    COMPONENT_LABEL,
     NAME_LABEL,
     RUN_LABEL,
     SWEEP_LABEL,
     TENSORBOARD_ANNOTATION,
+    TRAINER,
     TYPE_LABEL,
     WANDB_URL_ANNOTATION,
 )
@@ -32,6 +37,10 @@ STATUS_LOG_LINES = 60
 MAX_LOGS_PER_RUN = 4
 #: Above this many unfinished runs, `cw list` reads all of cw's pods instead of naming the runs.
 MAX_NAMED_RUNS = 100
+#: Log lines of a running trainer read for its progress (the tqdm bar, cw's [cw-progress] line).
+PROGRESS_LOG_LINES = 20
+#: Running runs whose progress `cw list` reads (one log request each, at once), the newest first.
+MAX_PROGRESS_READS = 20
 
 
 class PodView(Struct):
@@ -60,6 +69,7 @@ class RunView(Struct):
     services: list[tuple[str, str]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     queue: str | None = None
+    #: Times the trainer started again (a JobSet's gang restarts; a Job's replaced rank-0 pods); None: no trainer.
     restarts: int | None = None
     namespace: str = ""
     #: Why the run failed, or what holds it (an image pull, a crash loop), in a few words.
@@ -69,7 +79,7 @@ class RunView(Struct):
     sweep: str | None = None
     #: Where to watch the training: ``wandb`` (the W&B run's page), ``tensorboard`` (the event files' folder).
     links: dict[str, str] = field(default_factory=dict)
-    #: How far the running trainer is, from its progress bar (``cw status`` only; None: not known).
+    #: How far the running trainer is, from its log's last lines (None: not known, or not running).
     progress: Progress | None = None
 
     @property
@@ -116,10 +126,24 @@ def collect_runs(
             owners.setdefault(key, []).append((kind, obj))
         elif kind == "Deployment":
             view.gpus += pod_gpus(obj["spec"]["template"]["spec"]) * int(obj["spec"].get("replicas", 1))
-    for view in runs.values():
+    for key, view in runs.items():
         if not any(o.split("/", 1)[0] in OWNERS for o in view.objects):
             view.state = "Services only"
+        view.restarts = run_restarts(owners.get(key, []), None, view.restarts)  # a Job's until its pods are read
     return runs, owners
+
+
+def progress_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The running trainer pod whose log shows the training's progress: rank 0 (the only one of a
+    single-node run) with its trainer container started (a pod still waiting for its servers has
+    no log), the newest if a replacement runs beside a pod still stopping."""
+    running = [
+        p for p in pods
+        if (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) == TRAINER and pod_phase(p) == "Running"
+        and (p["metadata"].get("annotations") or {}).get(COMPLETION_INDEX_ANNOTATION, "0") == "0"
+        and any(c.get("name") == TRAINER and (c.get("state") or {}).get("running") for c in p["status"].get("containerStatuses") or [])
+    ]  # fmt: skip
+    return max(running, key=lambda p: p["metadata"].get("creationTimestamp") or "", default=None)
 
 
 def pod_phase(pod: dict[str, Any]) -> str:
@@ -176,6 +200,19 @@ def explain_run(
     view.failure = summary([e for e in view.explanations if e.pod not in disrupted])
 
 
+def count_restarts(view: RunView, owners: list[tuple[str, dict[str, Any]]], pods: list[dict[str, Any]]) -> None:
+    """``view.restarts`` from the run's pods, now read (a JobSet's own count stays)."""
+    counts = [OWNERS[kind].restarts(obj) for kind, obj in owners if kind in OWNERS]
+    view.restarts = run_restarts(owners, pods, next((n for n in counts if n is not None), None))
+
+
+def read_progress(kube: Kube, pods: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, str], Progress | None]:
+    """Each run's progress from its running trainer's last lines: one log request per run, at once."""
+    keys = list(pods)
+    tails = gather({str(i): partial(read_log_tail, kube, pods[key], TRAINER, PROGRESS_LOG_LINES) for i, key in enumerate(keys)})
+    return {key: training_progress(tails[str(i)]) for i, key in enumerate(keys)}
+
+
 def list_runs(
     kube: Kube,
     all_namespaces: bool = False,
@@ -187,8 +224,10 @@ def list_runs(
 
     Reads the runs' objects of ``kinds`` at once (names only for all but Jobs, JobSets and
     Deployments; :data:`cw_cli.k8s.queries.WHOLE_KINDS` alone find every run, the other kinds only fill ``objects``),
-    pods only of the runs not Succeeded, and logs only of failed runs' failed containers
-    (``log_lines`` each, a few containers per run at most).
+    pods only of the runs not Succeeded, logs only of failed runs' failed containers
+    (``log_lines`` each, a few containers per run at most), and the last
+    :data:`PROGRESS_LOG_LINES` of the running trainer of each Running run, the newest
+    :data:`MAX_PROGRESS_READS` (one request each, at once; the others' progress stays None).
     """
     runs, owners = collect_runs(run_objects(kube, run_name, all_namespaces, kinds), kube.namespace)
     unfinished = sorted({key[1] for key, view in runs.items() if view.state != "Succeeded"})
@@ -210,9 +249,15 @@ def list_runs(
             if view.state == "Failed" and key[1] in explained:
                 wanted += wanted_logs(live_pods(view, by_run.get(key, []))[0])
         logs = read_logs(kube, wanted, log_lines)
+        running = sorted((key for key, view in runs.items() if view.state == "Running" and key[1] in explained),
+                         key=lambda key: runs[key].created or datetime.min.replace(tzinfo=timezone.utc), reverse=True)  # fmt: skip
+        trainers = {key: found for key in running if (found := progress_pod(by_run.get(key, []))) is not None}
+        progress = read_progress(kube, dict(list(trainers.items())[:MAX_PROGRESS_READS]))
         for key, view in runs.items():
             if key[1] in explained:
                 explain_run(view, owners.get(key, []), by_run.get(key, []), logs)
+                count_restarts(view, owners.get(key, []), by_run.get(key, []))
+                view.progress = progress.get(key)
     return sorted(
         runs.values(), key=lambda v: (v.created or datetime.min.replace(tzinfo=timezone.utc), v.namespace), reverse=True
     )

@@ -32,22 +32,24 @@ from cw_cli.k8s.queries import (
     run_selector,
 )
 from cw_cli.k8s.run_view import (
+    PROGRESS_LOG_LINES,
     STATUS_LOG_LINES,
     PodView,
     RunView,
     collect_runs,
+    count_restarts,
     explain_run,
     live_pods,
     pod_phase,
     pod_ready,
+    progress_pod,
     wanted_logs,
 )
 from cw_cli.k8s.workloads import on_cluster
 from cw_cli.labels import COMPLETION_INDEX_ANNOTATION, COMPONENT_LABEL, TRAINER, object_names
 from cw_cli.render.workload import OWNERS
 
-#: Log lines of the running trainer read for its progress bar (tqdm redraws it on one line).
-PROGRESS_LOG_LINES = 20
+__all__ = ["PROGRESS_LOG_LINES", "run_status"]  # the tail read for the progress, with the function that reads it
 
 #: The run's owners, by kind (only the kinds it has).
 Owners = dict[str, list[dict[str, Any]]]
@@ -84,6 +86,7 @@ def run_status(kube: Kube, run_name: str) -> RunView:
     later = gather(_second_reads(kube, run_name, view, pods, owners))
     refusals: list[dict[str, Any]] | None = later.get("failed-create", [])
     explain_run(view, owner_list.get((kube.namespace, run_name), []), pods, later.get("logs", {}))
+    count_restarts(view, owner_list.get((kube.namespace, run_name), []), pods)
     view.explanations += preemption_events(later.get("preempted", []), run_name, {e.pod for e in view.explanations if e.pod})
     _add_pods(kube, view, pods, later.get("capacity", {}))
     view.progress = training_progress(later.get("progress", []))
@@ -130,25 +133,12 @@ def _second_reads(
         more["logs"] = lambda: read_logs(kube, wanted, STATUS_LOG_LINES)
     if any(pod_phase(p) == "Pending" for p in pods):
         more["capacity"] = lambda: node_capacity(kube)
-    trainer = _progress_pod(pods)
+    trainer = progress_pod(pods)
     if trainer is not None:
         more["progress"] = partial(read_log_tail, kube, trainer, TRAINER, PROGRESS_LOG_LINES)
     for kind, found in owners.items():
         more.update(on_cluster(kind).status_reads(kube, run_name, found))
     return more
-
-
-def _progress_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The running trainer pod whose log shows the training's progress: rank 0 (the only one of a
-    single-node run) with its trainer container started (a pod still waiting for its servers has
-    no log), the newest if a replacement runs beside a pod still stopping."""
-    running = [
-        p for p in pods
-        if (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) == TRAINER and pod_phase(p) == "Running"
-        and (p["metadata"].get("annotations") or {}).get(COMPLETION_INDEX_ANNOTATION, "0") == "0"
-        and any(c.get("name") == TRAINER and (c.get("state") or {}).get("running") for c in p["status"].get("containerStatuses") or [])
-    ]  # fmt: skip
-    return max(running, key=lambda p: p["metadata"].get("creationTimestamp") or "", default=None)
 
 
 def _add_pods(kube: Kube, view: RunView, pods: list[dict[str, Any]], capacity: dict[str, Any]) -> None:

@@ -1,5 +1,6 @@
 """`cw list` / `cw status` data: the pinned `-o json|yaml` field names (docs/output.md), the
-failure column, and how little `cw list` reads (logs only of failed runs, a short tail)."""
+failure column, and how little `cw list` reads (logs only of failed runs' failed containers and
+of running runs' trainers, a short tail)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from cw_cli.k8s.status import run_status
 #: The documented fields (docs/output.md). Changing these breaks users' scripts: add, never rename.
 RUN_FIELDS = [
     "name", "namespace", "framework", "type", "state", "gpus", "created", "age_seconds", "restarts", "failure", "objects",
-    "sweep", "links",
+    "sweep", "links", "progress",
 ]  # fmt: skip
-STATUS_FIELDS = ["pods", "services", "queue", "problems", "explanations", "progress"]
+STATUS_FIELDS = ["pods", "services", "queue", "problems", "explanations"]
 POD_FIELDS = ["name", "role", "rank", "phase", "ready", "node", "reason"]
 EXPLANATION_FIELDS = ["kind", "summary", "message", "fix", "pod", "container", "log"]
 
@@ -104,8 +105,11 @@ def test_list_says_why_failed_runs_failed_and_reads_only_their_logs():
     assert runs["oom"].failure == "OOMKilled (trainer)"
     assert runs["cuda"].failure == "CUDA OOM"
     assert runs["done"].failure is None and runs["busy"].failure is None
-    # One log read: the failed container whose exit code says nothing (OOMKilled needs none), a short tail.
-    assert [(path, q["tailLines"]) for path, q in kube.log_requests] == [("/api/v1/namespaces/ml/pods/cuda-trainer-0-x/log", LIST_LOG_LINES)]
+    # The failed container whose exit code says nothing (OOMKilled needs none) and the running
+    # trainer (its progress), a short tail each.
+    assert [(path, q["tailLines"]) for path, q in kube.log_requests] == [
+        ("/api/v1/namespaces/ml/pods/cuda-trainer-0-x/log", LIST_LOG_LINES), ("/api/v1/namespaces/ml/pods/busy-trainer-0-x/log", 20)
+    ]
     assert kube.lists.count("Pod") == 1
 
 

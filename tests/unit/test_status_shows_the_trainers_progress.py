@@ -51,7 +51,8 @@ def test_status_of_a_running_run_reads_its_trainers_last_lines_once_and_shows_th
     assert [(path, q["tailLines"]) for path, q in kube.log_requests] == [("/api/v1/namespaces/ml/pods/busy-trainer-0-x/log", PROGRESS_LOG_LINES)]
     assert view.progress is not None and (view.progress.step, view.progress.total) == (4, 6)
     data = json.loads(dump(status_dict(view), "json"))
-    assert data["progress"] == {"step": 4, "total": 6, "elapsed_s": 0, "eta_s": 0, "steps_per_s": 15.04}
+    assert data["progress"] == {"step": 4, "total": 6, "elapsed_s": 0, "eta_s": 0, "steps_per_s": 15.04, "samples_per_s": None,
+                                "tokens_per_s": None, "checkpoint": None, "checkpoint_at": None, "checkpoint_age_s": None}  # fmt: skip
 
 
 def test_a_failed_run_reads_no_progress():
