@@ -17,6 +17,7 @@ from cw_cli.frameworks.runtime_files import (
     KEEPER_FILE,
     NOTIFY_FILE,
     PIP_FILE,
+    PROGRESS_FILE,
     runtime_file,
 )
 from cw_cli.render.dataset_check import check_datasets
@@ -62,7 +63,7 @@ def volume_choice(request: RunRequest, framework: BaseTrainingFramework) -> list
 
 
 #: cw's pod-side files a run's ConfigMap may carry: a user's file may not take their names.
-RUNTIME_KEYS = (NOTIFY_FILE, PIP_FILE, ENTRYPOINT_FILE, FAULT_FILE, KEEPER_FILE, CODE_FILE, CODE_ARCHIVE)
+RUNTIME_KEYS = (NOTIFY_FILE, PIP_FILE, ENTRYPOINT_FILE, FAULT_FILE, PROGRESS_FILE, KEEPER_FILE, CODE_FILE, CODE_ARCHIVE)
 
 
 class FrameworkOutput(Struct):
@@ -148,7 +149,7 @@ def configmap_files(request: RunRequest, output: FrameworkOutput, workload: Work
     if output.requirements:
         runtime.append(PIP_FILE)
     if not request.services_only:
-        runtime += [ENTRYPOINT_FILE, FAULT_FILE]  # cw_fault.py: the entrypoint's supervisor (issue 34)
+        runtime += [ENTRYPOINT_FILE, FAULT_FILE, PROGRESS_FILE]  # the entrypoint's supervisor, its progress line (issue 34)
     if request.config.cluster.notify is not None and not request.services_only:
         runtime.append(NOTIFY_FILE)  # cw_notify.py: the trainer tells the user (issue 34)
     if output.services and workload.strategy.server_keeper:  # a JobSet stops its servers itself
