@@ -89,7 +89,7 @@ def preflight(kube: Kube, plan: Plan) -> None:
     for name in sorted(secrets):
         if found[f"Secret/{name}"] is None:
             raise NotFound(
-                f"secret {name!r} (named in the config's `secrets`) does not exist in namespace {kube.namespace!r}",
+                f"secret {name!r} (named in the config's `secrets` or `notify.secret`) does not exist in namespace {kube.namespace!r}",
                 hint=f"create it, e.g. kubectl -n {kube.namespace} create secret generic {name} --from-literal=KEY=...",
             )
     for name in sorted(claims):

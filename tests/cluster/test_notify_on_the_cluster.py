@@ -59,3 +59,11 @@ def test_a_bad_url_is_refused_at_launch_and_nothing_is_created(cw_env, kube_api,
         assert f"{config}: `notify.urls[1]`" in refused.stderr and "Traceback" not in refused.stderr
         assert "XXXXXXXXXXXX" not in refused.stderr
         assert _run_objects(kube_api, namespace, f"bad-{index}") == []
+
+
+def test_a_missing_notify_secret_is_refused_at_launch_and_nothing_is_created(cw_env, kube_api, namespace, tmp_path):
+    config = write_config(tmp_path, {**SFT_CONFIG, "gpu": 1, "notify": NOTIFY})
+    refused = run_cw(cw_env, "trl", "sft", str(config), "--name", "untold", "-n", namespace)
+    assert refused.returncode == 4, refused.stderr
+    assert "secret 'cw-notify' (named in the config's `secrets` or `notify.secret`) does not exist" in refused.stderr
+    assert _run_objects(kube_api, namespace, "untold") == []

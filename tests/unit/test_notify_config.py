@@ -109,3 +109,11 @@ def test_a_dry_run_with_notify_never_imports_apprise(tmp_path):
     assert "CW_NOTIFY" in done.stdout
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
     assert "cw_cli.config.notify" in imported and not any(name.split(".")[0] == "apprise" for name in imported)
+
+
+def test_a_jobset_runs_trainers_get_the_settings_too(tmp_path):
+    jobset = plan_for("trl", "sft", write_config(tmp_path, {**SFT, "notify": NOTIFY}), nodes=2, jobset_available=True).manifests[0]
+    assert jobset["kind"] == "JobSet"
+    trainer = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "trainer")["template"]["spec"]
+    env = env_map(trainer["template"]["spec"]["containers"][0])
+    assert "CW_NOTIFY" in env and "CW_NOTIFY_SECRET_0" in env  # every node has it; cw_notify sends from rank 0 only
