@@ -48,8 +48,10 @@ EXPORT = "export"
 READER = "reader"
 #: `cw serve` / `cw try`: a vLLM server on the run's model, with a lifetime.
 SERVE = "serve"
+#: An evaluation pod: scores one model of the run with lm-evaluation-harness (docs/evaluation.md).
+EVAL = "eval"
 #: Roles `cw logs --role` reads.
-LOG_ROLES = (*ROLES, EXPORT, SERVE)
+LOG_ROLES = (*ROLES, EXPORT, SERVE, EVAL)
 #: The keeper's objects (ServiceAccount, Role, RoleBinding) that let a run's servers stop themselves.
 KEEPER = "keeper"
 #: The memory estimate's roles: the trainer (:data:`TRAINER`) and the vLLM engine.

@@ -22,6 +22,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
 from pydantic.functional_validators import AfterValidator, BeforeValidator
 
+from cw_cli.config.evaluation import EvalSpec
 from cw_cli.config.gate import GateSpec
 from cw_cli.config.notify import NotifySpec
 from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
@@ -452,6 +453,11 @@ class ClusterSpec(StrictModel):
         description="Notifications the cluster sends (Slack, email, Discord, a webhook...: Apprise URLs) on success, "
         "failure, stall and restart: {urls: [...], secret: <Secret for the URLs' {KEY} parts>, events: [...]}.",
     )
+    eval: EvalSpec | None = Field(
+        default=None,
+        description="Evaluate the checkpoints with lm-evaluation-harness (docs/evaluation.md): {tasks: [...], "
+        "metric: <task>/<metric>, limit, generation, ...}.",
+    )
     jobset: Literal["auto"] | bool = Field(
         default="auto",
         description="Run as a JobSet: gang restarts of a multi-node trainer, and trainer and servers admitted by "
@@ -630,4 +636,4 @@ def _build_without_plugin_lookup(*models: type[BaseModel]) -> None:
             del os.environ[_PLUGIN_SWITCH]
 
 
-_build_without_plugin_lookup(SecretRef, Toleration, VolumeMount, CodeSource, ServiceResources, NotifySpec, ClusterSpec)
+_build_without_plugin_lookup(SecretRef, Toleration, VolumeMount, CodeSource, ServiceResources, NotifySpec, EvalSpec, ClusterSpec)

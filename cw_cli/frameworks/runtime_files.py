@@ -24,6 +24,7 @@ CODE_FILE = "cw_code.py"  # unpacks or clones the run's own code (`code:`) befor
 EXPORT_FILE = "cw_export.py"  # `cw export`: a checkpoint turned into a model ready to use
 ARTIFACTS_FILE = "cw_artifacts.py"  # `cw artifacts`: what a run left on its volume, as JSON
 FETCH_FILE = "cw_fetch.py"  # `cw download`: a folder's files with their hashes, a file from an offset
+EVAL_FILE = "cw_eval.py"  # an evaluation pod: lm-evaluation-harness on one model, its scores beside it
 _SOURCES = {
     KEEPER_FILE: "cw_keeper.py",
     REWARD_SERVER_FILE: "reward_server.py",
@@ -38,6 +39,7 @@ _SOURCES = {
     EXPORT_FILE: "cw_export.py",
     ARTIFACTS_FILE: "cw_artifacts.py",
     FETCH_FILE: "cw_fetch.py",
+    EVAL_FILE: "cw_eval.py",
 }
 
 REWARD_FUNCTION = "cw_reward.remote_reward"

@@ -1,0 +1,104 @@
+"""An `eval:` block is checked when the config is read, before any object exists: an unknown task
+name, a metric the task does not report, a user task without its data or with a metric its YAML
+does not list are one clear line each naming `eval.<field>`; a good block loads; the shipped task
+list is lm-eval's registry; cw_eval.py turns lm-eval's results into the scores.json names."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from unit_helpers import load, write_config
+
+from cw_cli.errors import ConfigError
+
+BASE = {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dataset_name": "trl-lib/Capybara"}
+USER_TASK = """\
+task: my_mc
+dataset_path: json
+dataset_kwargs: {data_files: {test: data.jsonl}}
+output_type: multiple_choice
+doc_to_text: "{{q}}"
+doc_to_choice: choices
+doc_to_target: answer
+metric_list: [{metric: acc}]
+"""
+
+
+def _error(tmp_path, block) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load("trl", "sft", write_config(tmp_path, {**BASE, "eval": block}))
+    return "\n".join(caught.value.issues)
+
+
+def test_an_unknown_task_name_is_refused_with_close_names(tmp_path):
+    text = _error(tmp_path, {"tasks": ["hellaswg"], "metric": "hellaswg/acc"})
+    assert "`eval.tasks`: 'hellaswg' is no lm-eval 0.4" in text and "did you mean hellaswag" in text
+
+
+def test_a_metric_the_task_does_not_report_is_refused_naming_what_it_reports(tmp_path):
+    text = _error(tmp_path, {"tasks": ["hellaswag"], "metric": "hellaswag/exact_match"})
+    assert "`eval.metric`: hellaswag does not report 'hellaswag/exact_match'" in text
+    assert "hellaswag/acc_norm" in text
+    text = _error(tmp_path, {"tasks": ["gsm8k"], "metric": "gsm8k/exact_match"})
+    assert "gsm8k/exact_match,strict-match" in text  # a filtered score needs its filter
+
+
+def test_a_metric_of_a_task_not_evaluated_is_refused(tmp_path):
+    text = _error(tmp_path, {"tasks": ["hellaswag"], "metric": "arc_easy/acc"})
+    assert "names task 'arc_easy', which is not in eval.tasks" in text
+
+
+def test_a_registry_task_and_a_user_task_load(tmp_path):
+    (tmp_path / "mine.yaml").write_text(USER_TASK)
+    (tmp_path / "data.jsonl").write_text(json.dumps({"q": "a", "choices": ["x", "y"], "answer": 0}) + "\n")
+    config = load("trl", "sft", write_config(tmp_path, {**BASE, "eval": {
+        "tasks": ["gsm8k", "mine.yaml"], "metric": "my_mc/acc", "limit": 50, "generation": {"temperature": 0}}}))  # fmt: skip
+    spec = config.cluster.eval
+    assert spec is not None and spec.user_tasks() == ["mine.yaml"] and spec.gen_kwargs() == "temperature=0"
+    from cw_cli.config.eval_tasks import check_eval
+    from cw_cli.render.evaluation import pod_spec
+
+    problems, users = check_eval(spec, tmp_path)
+    settings = pod_spec(spec, users, gpu=0)
+    assert settings["tasks"] == ["gsm8k", "my_mc"] and settings["backend"] == "hf" and settings["limit"] == 50
+    assert set(settings["task_files"]) == {"mine.yaml", "data.jsonl"}
+    assert pod_spec(spec, users, gpu=1)["backend"] == "vllm"
+
+
+def test_a_user_task_metric_its_yaml_does_not_list_and_missing_data_are_refused(tmp_path):
+    (tmp_path / "mine.yaml").write_text(USER_TASK)
+    text = _error(tmp_path, {"tasks": ["mine.yaml"], "metric": "my_mc/acc"})
+    assert "`eval.tasks`: mine.yaml:" in text and "data.jsonl" in text
+    (tmp_path / "data.jsonl").write_text("{}\n")
+    text = _error(tmp_path, {"tasks": ["mine.yaml"], "metric": "my_mc/acc_norm"})
+    assert "my_mc does not report 'my_mc/acc_norm'; it reports my_mc/acc" in text
+
+
+def test_bad_shapes_are_refused_by_the_model(tmp_path):
+    assert "`eval.metric`" in _error(tmp_path, {"tasks": ["hellaswag"], "metric": "acc"})
+    assert "`eval.tasks`" in _error(tmp_path, {"tasks": [], "metric": "hellaswag/acc"})
+    assert "`eval.generation`" in _error(tmp_path, {"tasks": ["hellaswag"], "metric": "hellaswag/acc",
+                                                   "generation": {"until": "a,b"}})  # fmt: skip
+
+
+def test_the_shipped_list_is_the_installed_harness_registry_where_lm_eval_is_installed():
+    from cw_cli.config.eval_tasks import registry
+
+    known = registry()
+    assert {"hellaswag", "arc_easy", "gsm8k"} <= set(known["tasks"]) and "mmlu" in known["groups"]
+    try:
+        from importlib.metadata import version
+
+        installed = version("lm_eval")
+    except Exception:  # noqa: BLE001 - lm-eval is not installed here: the list alone is checked
+        return
+    assert known["lm_eval"] == installed, "refresh it: python tools/lm_eval_tasks.py | gzip -9n > cw_cli/config/lm_eval_tasks.json.gz"
+
+
+def test_cw_eval_names_scores_as_the_metric_is_checked():
+    from cw_cli.runtime.cw_eval import scores_of
+
+    results = {"results": {"gsm8k": {"alias": "gsm8k", "exact_match,strict-match": 0.25, "exact_match_stderr,strict-match": 0.1},
+                           "hellaswag": {"acc,none": 0.5, "acc_norm,none": 0.75, "acc_stderr,none": 0.01}}}  # fmt: skip
+    assert scores_of(results) == {"gsm8k/exact_match,strict-match": 0.25, "hellaswag/acc": 0.5, "hellaswag/acc_norm": 0.75}
