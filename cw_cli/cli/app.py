@@ -64,6 +64,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cw_cli.cli.export:export_command",
         "Export a run's model to RUN/exported/ on its checkpoint volume (merged, or pushed to the Hub).",
     ),
+    "pipeline": (
+        "cw_cli.cli.pipeline:pipeline_command",
+        "Launch a pipeline: each stage an ordinary run, each later one started in the cluster when those it waits for succeeded.",
+    ),
     "delete": (
         "cw_cli.cli.runs:delete_command",
         "Delete every object of a run, or of every run of a sweep (and nothing else).",

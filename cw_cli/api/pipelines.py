@@ -1,0 +1,192 @@
+"""Pipelines: a pipeline file's stages planned as ordinary runs, the first ones created now and
+the later ones created in the cluster by the pipeline keeper once the stages they wait for have
+succeeded (docs/pipelines.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
+
+from cw_cli.api.planning import PlannedRun, Progress, _quiet, plan, read_config
+from cw_cli.errors import ConfigError, CwError
+from cw_cli.labels import TRAINER
+
+if TYPE_CHECKING:
+    from cw_cli.api.run import Run
+    from cw_cli.api.session import Session
+    from cw_cli.client.connection import Kube
+    from cw_cli.config.pipeline import Pipeline
+    from cw_cli.frameworks.registry import FrameworkRegistry
+    from cw_cli.render.pipeline import PlannedStage
+
+
+class PlannedPipeline(Struct):
+    """A pipeline rendered, not yet on the cluster.
+
+    Attributes:
+        name: The pipeline's name (its runs are ``<name>-<stage>``).
+        stages: Each stage's plan, in an order where each comes after those it waits for.
+        runs: Each stage's planned run, by stage.
+        keeper: The pipeline keeper's objects (none when no stage waits for another).
+        notices: What cw decided (stage references resolved, ...).
+    """
+
+    name: str
+    stages: list[PlannedStage]
+    runs: dict[str, PlannedRun]
+    keeper: list[dict[str, Any]]
+    notices: list[str]
+
+    @property
+    def first(self) -> list[str]:
+        """The stages created at launch: those that wait for none."""
+        return [stage.name for stage in self.stages if not stage.after]
+
+    def to_yaml(self) -> str:
+        """Every stage's manifests, then the keeper's, as multi-document YAML."""
+        import yaml
+
+        parts = [self.runs[stage.name].to_yaml() for stage in self.stages]
+        if self.keeper:
+            parts.append(yaml.safe_dump_all(self.keeper, sort_keys=False))
+        return "---\n".join(part if part.endswith("\n") else part + "\n" for part in parts)
+
+
+def _registry(registry: FrameworkRegistry | None) -> FrameworkRegistry:
+    from cw_cli.frameworks.registry import FrameworkRegistry
+
+    return registry or FrameworkRegistry().load_all()
+
+
+def _stage_refs(pipeline: Pipeline, registry: FrameworkRegistry) -> tuple[Pipeline, dict[str, tuple[str, str]]]:
+    """The stages whose model is another stage's (``run:STAGE`` in its config): each then waits for
+    that stage. Returns the pipeline so ordered and stage -> (model key, referenced stage)."""
+    from cw_cli.config.pipeline import with_dependency
+    from cw_cli.render.run_refs import PREFIX, parse_ref
+
+    names = {stage.name for stage in pipeline.stages}
+    refs: dict[str, tuple[str, str]] = {}
+    for stage in pipeline.stages:
+        try:
+            loaded, _ = registry.resolve_type(stage.framework, stage.training_type)
+        except CwError as exc:
+            raise ConfigError([f"{pipeline.path}: stage {stage.name}: {exc.message}"], hint=exc.hint) from None
+        key = loaded.framework.model_key
+        value = read_config(stage.config).data.get(key)
+        if not (isinstance(value, str) and value.startswith(PREFIX)):
+            continue
+        ref = parse_ref(stage.config, key, value)
+        if ref.run not in names:
+            continue  # a run outside the pipeline: resolved at launch as any run: reference
+        if ref.which != "final":
+            raise ConfigError([f"{pipeline.path}: stage {stage.name}: {stage.config}: {key}: {value}: a stage of this pipeline "
+                               "has only its final model known before it runs"], hint=f"{key}: run:{ref.run}")  # fmt: skip
+        refs[stage.name] = (key, ref.run)
+        pipeline = with_dependency(pipeline, stage.name, ref.run)
+    return pipeline, refs
+
+
+def _output_dir(planned: PlannedRun) -> tuple[str, str | None]:
+    """(the run's output folder on its volume, its checkpoint volume) as the plan renders them."""
+    from cw_cli.k8s.run_facts import claims_of, output_dir_of
+    from cw_cli.render.workload import owner_kind
+
+    owner = planned.manifests[0]
+    template = owner_kind(owner["kind"]).trainer_template(owner) or {"spec": {"containers": []}}
+    container: dict[str, Any] = next((c for c in template["spec"]["containers"] if c["name"] == TRAINER), {})
+    objects = {(m["kind"], m["metadata"]["name"]): m for m in planned.manifests}
+
+    class _Planned:  # output_dir_of reads the run's ConfigMap: here, the planned one
+        namespace = None
+
+        @staticmethod
+        def get(kind: str, name: str) -> dict[str, Any] | None:
+            return objects.get((kind, name))
+
+    run_dir = output_dir_of(_Planned(), planned.name, container.get("workingDir") or f"/checkpoints/{planned.name}")  # type: ignore[arg-type]
+    return run_dir, claims_of(template["spec"]).get("checkpoints")
+
+
+def plan_pipeline(
+    path: str | Path, *, namespace: str | None = None, registry: FrameworkRegistry | None = None,
+    connect: Callable[[], Kube] | None = None, if_reachable: bool = False,
+) -> PlannedPipeline:  # fmt: skip
+    """Read a pipeline file and plan every stage (``cw pipeline FILE --dry-run`` prints the result).
+
+    Raises:
+        ConfigError: The file (unknown keys, an ``after:`` naming no stage, a cycle), a stage's
+            config, or a stage reference (``run:STAGE@best``, another volume), each naming the
+            file and the stage; nothing is created.
+    """
+    from cw_cli.config.pipeline import parse_pipeline
+    from cw_cli.render.naming import is_run_name
+    from cw_cli.render.pipeline import PlannedStage, keeper_manifests, keeper_name, label_stage
+
+    path = Path(path)
+    pipeline = parse_pipeline(path, read_config(path).data, is_run_name)
+    registry = _registry(registry)
+    pipeline, refs = _stage_refs(pipeline, registry)
+    runs: dict[str, PlannedRun] = {}
+    stages: list[PlannedStage] = []
+    notices: list[str] = []
+    for stage in pipeline.stages:
+        assignments = dict(stage.assignments)
+        if stage.name in refs:
+            key, other = refs[stage.name]
+            run_dir, volume = _output_dir(runs[other])
+            assignments[key] = run_dir
+            notices.append(f"stage {stage.name}: {key}: run:{other} is {run_dir}, stage {other}'s final model on volume {volume}")
+        planned = plan(read_config(stage.config), stage.framework, stage.training_type, None, registry=registry,
+                       connect=connect, if_reachable=if_reachable, name=stage.run, namespace=namespace,
+                       set=assignments or None)  # fmt: skip
+        if stage.name in refs:
+            other = refs[stage.name][1]
+            theirs, ours = _output_dir(runs[other])[1], _output_dir(planned)[1]
+            if theirs != ours or theirs is None:
+                raise ConfigError([f"{path}: stage {stage.name} starts from stage {other}'s model, which is on volume {theirs}, "
+                                   f"and its own checkpoint_volume is {ours}: both must use one volume"],
+                                  hint=f"checkpoint_volume: {theirs} in {stage.config}")  # fmt: skip
+        label_stage(planned.plan, pipeline.name, stage.name)
+        runs[stage.name] = planned
+        stages.append(PlannedStage(stage.name, stage.after, planned.plan))
+        notices += [f"stage {stage.name}: {notice}" for notice in planned.notices]
+    created = {stage.name for stage in stages if not stage.after}
+    keeper: list[dict[str, Any]] = []
+    if len(created) < len(stages):
+        try:
+            keeper = keeper_manifests(pipeline.name, stages, created, {})
+        except ValueError as exc:
+            raise ConfigError([f"{path}: {exc}: too much for the pipeline's ConfigMap"],
+                              hint="ship large files in a volume instead of `files:`") from None  # fmt: skip
+        notices.append(f"the later stages are created in the cluster by Job {keeper_name(pipeline.name)} once those they wait for succeed")
+    return PlannedPipeline(pipeline.name, stages, runs, keeper, notices)
+
+
+def submit_pipeline(session: Session, planned: PlannedPipeline, progress: Progress = _quiet) -> list[Run]:
+    """Create the first stages' runs and the pipeline keeper, all or nothing.
+
+    Raises:
+        Conflict: A stage's run or the keeper exists already (nothing was created).
+        CwError: Any other failure, after removing what was created.
+    """
+    from cw_cli.k8s.pipelines import check_names_free, create_keeper
+    from cw_cli.render.pipeline import keeper_name
+
+    later = [(s.name, s.plan.manifests[0]["kind"], s.plan.manifests[0]["metadata"]["name"]) for s in planned.stages if s.after]
+    if planned.keeper:
+        check_names_free(session.kube, later, keeper_name(planned.name))
+    runs: list[Run] = []
+    try:
+        for stage in planned.first:
+            runs.append(session.submit(planned.runs[stage], progress=progress))
+        if planned.keeper:
+            create_keeper(session.kube, planned.keeper)
+            progress(f"created Job {keeper_name(planned.name)}: it creates {', '.join(s[0] for s in later)} in the cluster")
+    except (CwError, KeyboardInterrupt):
+        for run in runs:
+            run.delete()
+        raise
+    return runs

@@ -1,0 +1,161 @@
+"""A pipeline file (`cw pipeline FILE`): stages, each an ordinary run (a config file, its
+framework and training type, ``--set`` values), and which stages each waits for (``after:``).
+
+::
+
+    name: rlhf                  # optional; default: the file's name. Stage runs are <name>-<stage>
+    stages:
+      sft:  {framework: trl, type: sft, config: sft.yaml}
+      dpo:  {framework: trl, type: dpo, config: dpo.yaml, after: [sft]}   # dpo.yaml: model_name_or_path: run:sft
+
+Read and checked here, before anything is rendered: the keys, the names, every ``after:`` naming
+a stage of the file, and no cycle (stdlib ``graphlib`` orders the stages and finds one). Every
+problem names the file and the stage.
+"""
+
+from __future__ import annotations
+
+import graphlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from msgspec import Struct, field
+
+from cw_cli.errors import ConfigError
+
+_STAGE_KEYS = {"framework", "type", "config", "after", "set"}
+_TOP_KEYS = {"name", "stages"}
+
+
+class Stage(Struct, frozen=True):
+    """One stage: an ordinary run.
+
+    Attributes:
+        name: The stage's name in the file.
+        run: Its run's name (``<pipeline>-<stage>``).
+        framework: ``trl``, ``axolotl``, ``verifiers`` or a plugin.
+        training_type: ``sft``, ``dpo``, ...
+        config: Its config file (relative paths start at the pipeline file's folder).
+        after: The stages it waits for.
+        assignments: ``--set`` values.
+    """
+
+    name: str
+    run: str
+    framework: str
+    training_type: str
+    config: Path
+    after: tuple[str, ...] = ()
+    assignments: dict[str, Any] = field(default_factory=dict)
+
+
+class Pipeline(Struct, frozen=True):
+    """A checked pipeline file: its stages in an order where each comes after those it waits for."""
+
+    path: Path
+    name: str
+    stages: tuple[Stage, ...]
+
+    def stage(self, name: str) -> Stage:
+        """The stage of that name."""
+        return next(stage for stage in self.stages if stage.name == name)
+
+
+def _text(problems: list[str], where: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        problems.append(f"{where}: expected a non-empty string, got {value!r:.60}")
+        return ""
+    return value
+
+
+def parse_pipeline(path: Path, data: Any, is_run_name: Callable[[str], bool]) -> Pipeline:
+    """Check a pipeline file's content (already read as YAML).
+
+    Args:
+        path: The file (messages name it).
+        data: Its content.
+        is_run_name: Whether a name can be a run's (render/naming.py's rule: config comes first).
+
+    Raises:
+        ConfigError: Every problem, each naming the file and the stage: unknown keys, bad names, an
+            ``after:`` naming no stage, a cycle.
+    """
+    problems: list[str] = []
+    if not isinstance(data, dict):
+        raise ConfigError([f"{path}: expected a mapping with `stages:`"], hint="see docs/pipelines.md")
+    problems += [f"{path}: unknown key {key!r} (expected name, stages)" for key in data if key not in _TOP_KEYS]
+    name = data.get("name", path.stem.lower().replace("_", "-"))
+    if not isinstance(name, str) or not is_run_name(name):
+        problems.append(f"{path}: name: {name!r:.60} is not usable as a run name prefix (lowercase letters, digits and '-')")
+        name = "pipeline"
+    stages_data = data.get("stages")
+    if not isinstance(stages_data, dict) or not stages_data:
+        raise ConfigError([*problems, f"{path}: stages: expected a mapping of stage name to {{framework, type, config}}"],
+                          hint="see docs/pipelines.md")  # fmt: skip
+    stages: dict[str, Stage] = {}
+    for stage_name, body in stages_data.items():
+        where = f"{path}: stage {stage_name!s:.40}"
+        run = f"{name}-{stage_name}"
+        if not isinstance(stage_name, str) or not is_run_name(run):
+            problems.append(f"{where}: {run!r:.80} (pipeline name + stage) is not a run name: lowercase letters, digits and '-', "
+                            "63 characters at most")  # fmt: skip
+            continue
+        if not isinstance(body, dict):
+            problems.append(f"{where}: expected a mapping with framework, type and config")
+            continue
+        problems += [f"{where}: unknown key {key!r} (expected {', '.join(sorted(_STAGE_KEYS))})" for key in body if key not in _STAGE_KEYS]
+        missing = [key for key in ("framework", "type", "config") if key not in body]
+        problems += [f"{where}: {key} is missing" for key in missing]
+        after = body.get("after", [])
+        after = [after] if isinstance(after, str) else after
+        if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
+            problems.append(f"{where}: after: expected a stage name or a list of them")
+            after = []
+        assignments = body.get("set", {})
+        if not isinstance(assignments, dict):
+            problems.append(f"{where}: set: expected a mapping of config key to value")
+            assignments = {}
+        config = _text(problems, f"{where}: config", body.get("config", "x"))
+        stages[stage_name] = Stage(
+            name=stage_name, run=run, framework=_text(problems, f"{where}: framework", body.get("framework", "x")),
+            training_type=_text(problems, f"{where}: type", body.get("type", "x")),
+            config=(path.parent / config) if config else path, after=tuple(after), assignments=dict(assignments),
+        )  # fmt: skip
+    for stage in stages.values():
+        for other in stage.after:
+            if other not in stages:
+                problems.append(f"{path}: stage {stage.name}: after: {other!r:.40} is no stage of the file; stages: {', '.join(stages)}")
+            elif other == stage.name:
+                problems.append(f"{path}: stage {stage.name}: after: a stage cannot wait for itself")
+    if problems:
+        raise ConfigError(problems, hint="see docs/pipelines.md")
+    return Pipeline(path=path, name=name, stages=tuple(stages[n] for n in _order(path, stages)))
+
+
+def _order(path: Path, stages: dict[str, Stage]) -> list[str]:
+    """The stages with each after those it waits for.
+
+    Raises:
+        ConfigError: A cycle, named stage by stage.
+    """
+    sorter = graphlib.TopologicalSorter({stage.name: stage.after for stage in stages.values()})
+    try:
+        return list(sorter.static_order())
+    except graphlib.CycleError as exc:
+        cycle = list(reversed(exc.args[1]))
+        raise ConfigError([f"{path}: the stages wait for each other in a cycle: {' -> '.join(cycle)}"],
+                          hint="remove one of these `after:` entries") from None  # fmt: skip
+
+
+def with_dependency(pipeline: Pipeline, stage: str, on: str) -> Pipeline:
+    """The pipeline with ``stage`` also waiting for ``on`` (a stage whose model it starts from).
+
+    Raises:
+        ConfigError: That makes a cycle.
+    """
+    from msgspec import structs
+
+    stages = {s.name: (structs.replace(s, after=(*s.after, on)) if s.name == stage and on not in s.after else s)
+              for s in pipeline.stages}  # fmt: skip
+    return structs.replace(pipeline, stages=tuple(stages[n] for n in _order(pipeline.path, stages)))

@@ -1,0 +1,192 @@
+"""cw's pipeline keeper: creates each later stage of a pipeline once the stages it waits for have
+succeeded, and stops the rest when one fails, with no cw running anywhere.
+
+Shipped in the pipeline's ConfigMap (key ``cw_pipeline.py``) beside ``pipeline.json`` and run by
+the pipeline's keeper Job; one file, standard library only, no cw imports. ``pipeline.json``
+holds every stage cw rendered at launch::
+
+    {"name": "rlhf", "configmap": "rlhf-pipeline",
+     "stages": {"dpo": {"run": "rlhf-dpo", "after": ["sft"], "created": false, "suspend": true,
+                        "owner": {"kind": "Job", "name": "rlhf-dpo-trainer", "path": "/apis/batch/v1/namespaces/{ns}/jobs"},
+                        "objects": [{"path": ".../{ns}/jobs", "body": {...}}, ...]}, ...}}
+
+Every ``CW_PIPELINE_POLL_S`` seconds it reads each stage's owner (Job or JobSet) through the API
+server with the pipeline's ServiceAccount (a Role allows reading those owners by name, creating
+the later stages' kinds and recording progress on the pipeline's ConfigMap, nothing else):
+
+* a stage whose predecessors all succeeded is created as cw creates a run (the owner first,
+  suspended where cw releases it, every other object owned by it, then released);
+* a stage with a predecessor that failed, was deleted or was skipped is skipped (never created);
+* what it did is recorded on the ConfigMap (annotation ``cw-cli.dev/pipeline-stages``), where
+  `cw list` reads it; once every stage is decided it exits 0.
+
+The API server, token and CA come from the standard in-cluster places; ``CW_KEEPER_API``,
+``CW_KEEPER_TOKEN_FILE``, ``CW_KEEPER_CA_FILE`` and ``CW_KEEPER_NAMESPACE`` override them (tests
+run it as a local process against a real API server). ``CW_PIPELINE_FILE`` names the document.
+``--once`` makes one round and exits 0 (all decided) or 3 (not yet).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+
+_PREFIX = "[cw-pipeline]"
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+STATES_ANNOTATION = "cw-cli.dev/pipeline-stages"
+NOT_YET = 3
+DONE = ("Succeeded", "Failed", "Skipped", "Deleted")
+
+
+def log(message: str) -> None:
+    print(f"{_PREFIX} {message}", file=sys.stderr, flush=True)
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+class Api:
+    """The few API calls the keeper makes, with the pod's ServiceAccount token."""
+
+    def __init__(self, environ: dict) -> None:
+        host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT", "443")
+        self.server = environ.get("CW_KEEPER_API") or f"https://{host}:{port}"
+        self.token_file = environ.get("CW_KEEPER_TOKEN_FILE") or f"{SA_DIR}/token"
+        self.context = ssl.create_default_context(cafile=environ.get("CW_KEEPER_CA_FILE") or f"{SA_DIR}/ca.crt")
+        self.namespace = environ.get("CW_KEEPER_NAMESPACE") or _read(f"{SA_DIR}/namespace").strip()
+
+    def call(self, method: str, path: str, body: dict | None = None, patch: bool = False) -> dict | None:
+        """JSON of the response, or None for 404."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.server + path.replace("{ns}", self.namespace), data=data, method=method)
+        request.add_header("Authorization", f"Bearer {_read(self.token_file).strip()}")  # re-read: it rotates
+        request.add_header("Accept", "application/json")
+        if body is not None:
+            request.add_header("Content-Type", "application/merge-patch+json" if patch else "application/json")
+        try:
+            with urllib.request.urlopen(request, context=self.context, timeout=20) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+
+def owner_state(owner: dict | None) -> str:
+    """Succeeded, Failed, Gone (no such object) or Running, from the owner's conditions."""
+    if owner is None:
+        return "Gone"
+    conditions = {c.get("type") for c in (owner.get("status") or {}).get("conditions") or [] if c.get("status") == "True"}
+    if conditions & {"Complete", "Completed", "SuccessCriteriaMet"}:
+        return "Succeeded"
+    if conditions & {"Failed", "FailureTarget"}:
+        return "Failed"
+    return "Running"
+
+
+def _create(api: Api, path: str, body: dict) -> dict | None:
+    """Create one object; None where it exists already (made by an earlier round cut short)."""
+    try:
+        return api.call("POST", path, body)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 409:
+            return None
+        raise
+
+
+def create_stage(api: Api, stage: dict) -> None:
+    """Create a stage's objects as cw creates a run: the owner first (suspended where cw releases
+    it), every other object owned by it, then the owner released."""
+    owner_spec = stage["objects"][0]
+    body = json.loads(json.dumps(owner_spec["body"]))
+    if stage.get("suspend"):
+        body["spec"]["suspend"] = True
+    made = _create(api, owner_spec["path"], body) or api.call("GET", f"{owner_spec['path']}/{body['metadata']['name']}")
+    if made is None:
+        raise ValueError(f"{body['metadata']['name']} was neither created nor found")
+    reference = {"apiVersion": made["apiVersion"], "kind": made["kind"], "name": made["metadata"]["name"],
+                 "uid": made["metadata"]["uid"], "controller": False, "blockOwnerDeletion": False}  # fmt: skip
+    for item in stage["objects"][1:]:
+        body = json.loads(json.dumps(item["body"]))
+        body["metadata"]["ownerReferences"] = [reference]
+        _create(api, item["path"], body)
+    if stage.get("suspend"):
+        api.call("PATCH", f"{owner_spec['path']}/{made['metadata']['name']}", {"spec": {"suspend": False}}, patch=True)
+
+
+def decide(document: dict, states: dict, owners: dict) -> dict:
+    """Each stage's state this round, from the recorded states and the owners read: the stages to
+    create are those now ``Create``."""
+    decided: dict = {}
+    for name, stage in document["stages"].items():  # in an order where each comes after its predecessors
+        recorded = states.get(name)
+        if recorded in ("Skipped",):
+            decided[name] = recorded
+        elif stage.get("created") or recorded in ("Created", "Running", "Succeeded", "Failed", "Deleted"):
+            state = owner_state(owners.get(name))
+            decided[name] = "Deleted" if state == "Gone" else state
+        else:
+            before = [decided.get(p, "Waiting") for p in stage["after"]]
+            if any(b in ("Failed", "Skipped", "Deleted") for b in before):
+                decided[name] = "Skipped"
+            elif all(b == "Succeeded" for b in before):
+                decided[name] = "Create"
+            else:
+                decided[name] = "Waiting"
+    return decided
+
+
+def one_round(api: Api, document: dict) -> bool:
+    """Read, create what may start, record; whether every stage is decided."""
+    path = f"/api/v1/namespaces/{{ns}}/configmaps/{document['configmap']}"
+    config_map = api.call("GET", path) or {}
+    text = ((config_map.get("metadata") or {}).get("annotations") or {}).get(STATES_ANNOTATION) or "{}"
+    states = json.loads(text)
+    owners = {}
+    for name, stage in document["stages"].items():
+        if stage.get("created") or states.get(name) not in (None, "Waiting", "Skipped"):
+            owner = stage["owner"]
+            owners[name] = api.call("GET", f"{owner['path']}/{owner['name']}")
+    decided = decide(document, states, owners)
+    for name, state in decided.items():
+        if state == "Create":
+            log(f"stage {name}: every stage it waits for succeeded; creating run {document['stages'][name]['run']}")
+            create_stage(api, document["stages"][name])
+            decided[name] = "Created"
+        elif state == "Skipped" and states.get(name) != "Skipped":
+            log(f"stage {name}: skipped (a stage it waits for failed or was deleted)")
+    if decided != states:
+        api.call("PATCH", path, {"metadata": {"annotations": {STATES_ANNOTATION: json.dumps(decided, sort_keys=True)}}}, patch=True)
+    return all(state in DONE for state in decided.values())
+
+
+def main(argv: list[str] | None = None, environ: dict | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    env = dict(os.environ if environ is None else environ)
+    document = json.loads(_read(env.get("CW_PIPELINE_FILE") or "/etc/cw/pipeline.json"))
+    api = Api(env)
+    poll_s = float(env.get("CW_PIPELINE_POLL_S", "20"))
+    log(f"keeping pipeline {document['name']}: stages {', '.join(document['stages'])}")
+    while True:
+        try:
+            done = one_round(api, document)
+        except (OSError, ValueError, urllib.error.URLError) as exc:  # an API hiccup: try again next round
+            log(f"cannot check yet: {exc}")
+            done = False
+        if done:
+            log("every stage is decided")
+            return 0
+        if "--once" in args:
+            return NOT_YET
+        time.sleep(poll_s)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
