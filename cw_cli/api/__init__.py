@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time each name is imported on first use
-    from cw_cli.api.after_training import Export
+    from cw_cli.api.after_training import Evaluation, Export
     from cw_cli.api.memory import WontFit, estimate, estimate_run, refusal_lines
     from cw_cli.api.planning import (
         DICT_CONFIG_NAME,
@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time each name is imp
 #: Public name -> the module that defines it. A command imports only the modules of the names it
 #: uses (a dry run needs planning, not sweeps, sessions or the after-training calls).
 _HOMES = {
-    "Export": "cw_cli.api.after_training",
+    "Evaluation": "cw_cli.api.after_training", "Export": "cw_cli.api.after_training",
     "WontFit": "cw_cli.api.memory", "estimate": "cw_cli.api.memory", "estimate_run": "cw_cli.api.memory",
     "refusal_lines": "cw_cli.api.memory",
     "DICT_CONFIG_NAME": "cw_cli.api.planning", "DRY_RUN_PROBE_TIMEOUT": "cw_cli.api.planning",
@@ -81,7 +81,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "DICT_CONFIG_NAME", "DRY_RUN_PROBE_TIMEOUT", "SWEEP_PARALLEL", "EstimateOptions", "Export", "LaunchOptions",
+    "DICT_CONFIG_NAME", "DRY_RUN_PROBE_TIMEOUT", "SWEEP_PARALLEL", "EstimateOptions", "Evaluation", "Export", "LaunchOptions",
     "PlannedRun", "PlannedSweep", "Progress", "Run", "Session", "WontFit", "estimate", "estimate_run", "has_sweep",
     "plan", "plan_sweep", "read_config", "refusal_lines", "set_assignments",
 ]  # fmt: skip

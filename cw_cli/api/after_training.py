@@ -52,6 +52,40 @@ class Export(Struct):
 
 
 
+class Evaluation(Struct):
+    """An evaluation Job of a run (:meth:`Run.evaluate`).
+
+    Attributes:
+        name: The evaluation Job's name.
+        run: The run it evaluates.
+        checkpoint: ``checkpoint-N``, ``final`` or ``base``.
+        scores: Where its scores.json lands on the run's volume.
+    """
+
+    name: str
+    run: Run
+    checkpoint: str
+    scores: str
+
+    def wait(self, timeout: float | None = None, progress: Progress = _quiet) -> str:
+        """Block until the evaluation ends.
+
+        Returns:
+            ``"Succeeded"``.
+
+        Raises:
+            RunFailed: The evaluation failed (its log says why: ``cw logs RUN --role eval``).
+            WaitTimeout: Still running after ``timeout`` seconds.
+        """
+        from cw_cli.k8s.operations import wait_for_run
+
+        try:
+            return wait_for_run(self.run.session.kube, self.name, timeout, progress)
+        except RunFailed as failed:
+            raise RunFailed(f"evaluation {self.name} failed: {failed.message.removeprefix('run failed: ')}",
+                            hint=f"see its log: cw logs {self.run.name} --role eval") from None  # fmt: skip
+
+
 class AfterTraining:
     """:class:`~cw_cli.api.run.Run`'s calls on what a finished (or running) run left on its volume."""
 
@@ -235,3 +269,59 @@ class AfterTraining:
         if facts.gate is not None and not force:
             check_gate(facts.gate, choice, listing)
         return Export(create_export(self.session.kube, facts, choice), cast("Run", self), facts.run_dir)
+
+    def evaluate(
+        self, *, checkpoint: str = "final", tasks: Sequence[str] = (), metric: str | None = None,
+        limit: float | None = None, gpu: int | None = None, cpu: str = "4", memory: str = "32Gi",
+    ) -> Evaluation:  # fmt: skip
+        """Start a Job that scores one model of the run with lm-evaluation-harness; its scores land
+        beside the model (docs/evaluation.md).
+
+        Args:
+            checkpoint: ``final``, ``latest``, ``best``, a step number, or ``base`` (the model the
+                run started from, for comparison).
+            tasks: lm-eval tasks, or local task YAMLs; default: the run's ``eval:`` tasks.
+            metric: The deciding ``<task>/<metric>`` (default: the run's, else the first task's first score).
+            limit: Samples per task (default: the run's).
+            gpu: GPUs of the evaluation pod: vLLM on a GPU, transformers on CPU (default: the run's choice).
+            cpu: Its CPU request and limit.
+            memory: Its memory request and limit.
+
+        Raises:
+            ConfigError: No tasks (the run had no ``eval:`` and none given), an unknown task, a metric
+                they do not report, no such model; all before anything is created.
+            NotFound: No such run.
+            Conflict: The same evaluation exists already.
+        """
+        from cw_cli.after_training.evaluation import choose_target, create_eval, eval_facts, flag_settings, run_settings
+        from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
+        from cw_cli.render.evaluation import EvalResources
+
+        try:
+            cpu, memory = normalize_quantity(cpu, MIN_CPU, "cpu"), normalize_quantity(memory, MIN_MEMORY, "memory")
+        except ValueError as exc:
+            raise ConfigError([f"--cpu/--memory: {exc}"]) from None
+        if gpu is not None and not 0 <= gpu <= 8:
+            raise ConfigError([f"--gpu {gpu}: expected 0 to 8"])
+        import re
+
+        if not re.fullmatch(r"final|latest|best|base|[0-9]{1,11}", str(checkpoint)):
+            raise ConfigError([f"--checkpoint {str(checkpoint)[:40]!r}: expected final, latest, best, base or a step number"])
+        kube = self.session.kube
+        settings, base = run_settings(kube, self.name)
+        if tasks or metric or limit is not None:
+            run_gpu = int((settings or {}).get("gpu") or 0)
+            settings = flag_settings(list(tasks) or list((settings or {}).get("tasks") or []), metric,
+                                     limit if limit is not None else (settings or {}).get("limit"),
+                                     run_gpu if gpu is None else gpu, settings)  # fmt: skip
+        elif settings is None:
+            raise ConfigError([f"run {self.name!r} was launched without an eval: block: name the tasks"],
+                              hint=f"cw eval {self.name} --tasks hellaswag --metric hellaswag/acc_norm")  # fmt: skip
+        elif gpu is not None and gpu != settings.get("gpu"):
+            backend = "vllm" if gpu else "hf"
+            settings = {**settings, "gpu": gpu, "backend": backend, "device": "cuda" if gpu else "cpu"}
+        facts = eval_facts(kube, self.name)
+        chosen = choose_target(kube, self.name, facts.run_dir, str(checkpoint), base)
+        resources = EvalResources(gpu=int(settings.get("gpu") or 0), cpu=cpu, memory=memory)
+        name = create_eval(kube, facts, settings, chosen, resources)
+        return Evaluation(name=name, run=cast("Run", self), checkpoint=chosen.label, scores=f"{chosen.out}/scores.json")

@@ -64,6 +64,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cw_cli.cli.export:export_command",
         "Export a run's model to RUN/exported/ on its checkpoint volume (merged, or pushed to the Hub).",
     ),
+    "eval": (
+        "cw_cli.cli.eval:eval_command",
+        "Evaluate a run's model with lm-evaluation-harness; scores go to its folder, cw artifacts and cw metrics.",
+    ),
     "pipeline": (
         "cw_cli.cli.pipeline:pipeline_command",
         "Launch a pipeline: each stage an ordinary run, each later one started in the cluster when those it waits for succeeded.",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
@@ -19,12 +20,14 @@ from cw_cli.frameworks.base import CHECKPOINT_MOUNT, CONFIG_MOUNT
 from cw_cli.frameworks.runtime_files import EVAL_FILE, PIP_FILE, runtime_file, with_requirements
 from cw_cli.labels import COMPONENT_LABEL, EVAL, GPU_RESOURCE
 from cw_cli.render.export import MAX_JOB_NAME, ExportFacts
-from cw_cli.render.plan import CONTAINER_SECURITY, POD_SECURITY
+from cw_cli.render.pod_parts import CONTAINER_SECURITY, POD_SECURITY
 from cw_cli.render.templates import render_manifest
 
 if TYPE_CHECKING:
     from cw_cli.config.eval_tasks import UserTask
     from cw_cli.config.evaluation import EvalSpec
+    from cw_cli.render.shipped_files import ShippedFile
+    from cw_cli.types import RunConfig
 
 #: The evaluation's settings in its ConfigMap (and in the run's, for `cw eval RUN` and the per-checkpoint pods).
 SPEC_FILE = "cw-eval.json"
@@ -74,6 +77,36 @@ def pod_spec(spec: EvalSpec, users: list[UserTask], gpu: int) -> dict[str, Any]:
         "batch_size": spec.batch_size, "backend": backend, "device": "cuda" if gpu else "cpu", "gpu": gpu,
         "metric": spec.metric, "higher_is_better": spec.higher_is_better,
     }  # fmt: skip
+
+
+def eval_gpu(spec: EvalSpec, trainer_gpu: int | None) -> int:
+    """The evaluation pod's GPUs: ``eval.gpu``, else one where the trainer has GPUs (vLLM), else none (CPU)."""
+    return spec.gpu if spec.gpu is not None else (1 if trainer_gpu else 0)
+
+
+def settings_of(spec: EvalSpec, config_dir: Path, trainer_gpu: int | None) -> dict[str, Any]:
+    """:func:`pod_spec` of a checked ``eval:`` block, its user tasks read from ``config_dir``.
+
+    Raises:
+        ConfigError: A user task changed since the config was read (or the block was never checked).
+    """
+    from cw_cli.config.eval_tasks import check_eval
+    from cw_cli.errors import ConfigError
+
+    problems, users = check_eval(spec, config_dir)
+    if problems:
+        raise ConfigError(problems, hint="fix the eval: block (docs/evaluation.md)")
+    return pod_spec(spec, users, eval_gpu(spec, trainer_gpu))
+
+
+def run_eval_file(config: RunConfig) -> ShippedFile:
+    """``cw-eval.json`` for the run's ConfigMap: the settings `cw eval RUN` and each checkpoint's
+    evaluation pod use."""
+    from cw_cli.render.shipped_files import text_file
+
+    assert config.cluster.eval is not None
+    settings = settings_of(config.cluster.eval, config.path.parent, config.cluster.gpu)
+    return text_file(SPEC_FILE, json.dumps(settings, indent=1, sort_keys=True))
 
 
 def eval_command(target: EvalTarget, spec_dir: str = CONFIG_MOUNT, requirements: list[str] | None = None) -> list[str]:

@@ -157,6 +157,10 @@ def configmap_files(request: RunRequest, output: FrameworkOutput, workload: Work
     if request.config.cluster.code is not None and not request.services_only:
         runtime.append(CODE_FILE)
     files = [*output.files, *(text_file(key, runtime_file(key)) for key in runtime)]
+    if request.config.cluster.eval is not None and not request.services_only:
+        from cw_cli.render.evaluation import run_eval_file  # cw-eval.json: what `cw eval RUN` evaluates with
+
+        files.append(run_eval_file(request.config))
     try:
         check_size(files, request.config.path)
     except ValueError as exc:

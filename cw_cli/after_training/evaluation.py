@@ -1,0 +1,130 @@
+"""`cw eval RUN` on the cluster: which model of the run to score (read off its volume in a reader
+pod), with which settings (the run's own ``cw-eval.json``, or ``--tasks``), then the evaluation's
+Job and its ConfigMap (owned by the Job, so the Job's TTL removes both). Bad input is refused
+before anything is created."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cw_cli.client.connection import Kube
+from cw_cli.config.evaluation import LM_EVAL_REQUIREMENT
+from cw_cli.errors import ConfigError, Conflict
+from cw_cli.labels import object_names
+from cw_cli.render.evaluation import (
+    EVAL_TTL_HOURS,
+    SPEC_FILE,
+    EvalResources,
+    EvalTarget,
+    eval_manifests,
+    eval_name,
+    target,
+)
+from cw_cli.render.export import ExportChoice, ExportFacts
+
+#: Keys of a run's native config that name the model it starts from (TRL, Axolotl, verifiers).
+BASE_MODEL_KEYS = ("model_name_or_path", "base_model", "model")
+
+
+def run_settings(kube: Kube, run_name: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The evaluation settings the run was launched with (its ConfigMap's ``cw-eval.json``; None
+    without ``eval:``) and the model it started from (for ``base``)."""
+    import json
+
+    import yaml
+
+    config_map = kube.get("ConfigMap", object_names(run_name)["config"]) or {}
+    data = config_map.get("data") or {}
+    settings = json.loads(data[SPEC_FILE]) if SPEC_FILE in data else None
+    base = None
+    try:
+        native = yaml.safe_load(data.get("config.yaml") or "") or {}
+    except yaml.YAMLError:
+        native = {}
+    if isinstance(native, dict):
+        base = next((str(native[k]) for k in BASE_MODEL_KEYS if isinstance(native.get(k), str)), None)
+    return settings, base
+
+
+def flag_settings(tasks: list[str], metric: str | None, limit: float | None, gpu: int, run: dict[str, Any] | None) -> dict[str, Any]:
+    """The settings of ``--tasks`` (each an lm-eval task or a local task YAML, relative to here),
+    checked as a config's ``eval:`` block is.
+
+    Raises:
+        ConfigError: An unknown task, a metric the tasks do not report; each naming the flag.
+    """
+    from pydantic import ValidationError
+
+    from cw_cli.config.eval_tasks import check_eval, registry
+    from cw_cli.config.evaluation import EvalSpec
+    from cw_cli.render.evaluation import pod_spec
+
+    chosen = metric or (run or {}).get("metric") or ""
+    task = tasks[0] if tasks else ""
+    if chosen.partition("/")[0] not in tasks and metric is None:  # the first score the first task reports
+        known = registry()["tasks"].get(task)
+        chosen = f"{task}/{known['metrics'][0]}" if known and "none" in known["filters"] else f"{task}/acc"
+    try:
+        spec = EvalSpec(tasks=tasks, metric=chosen, limit=limit, gpu=gpu,
+                        higher_is_better=bool((run or {}).get("higher_is_better", True)))  # fmt: skip
+    except ValidationError as exc:
+        raise ConfigError([f"--tasks/--metric/--limit: {e['loc'][0] if e['loc'] else ''}: {e['msg']}" for e in exc.errors()]) from None
+    problems, users = check_eval(spec, Path.cwd())
+    if problems:
+        raise ConfigError([p.replace("`eval.tasks`", "--tasks").replace("`eval.metric`", "--metric") for p in problems],
+                          hint="cw eval RUN --tasks hellaswag --metric hellaswag/acc_norm")  # fmt: skip
+    return pod_spec(spec, users, gpu)
+
+
+def choose_target(kube: Kube, run_name: str, run_dir: str, which: str, base: str | None) -> EvalTarget:
+    """The model ``which`` names: ``base`` (the model the run started from), or ``final``,
+    ``latest``, ``best`` or a step number, read off the run's folder in a reader pod.
+
+    Raises:
+        ConfigError: Nothing of that name (the message lists what is), a checkpoint still being
+            written, or ``base`` of a run whose config names no model.
+    """
+    if which == "base":
+        if not base:
+            raise ConfigError([f"run {run_name!r}: its config names no model to evaluate as the base"])
+        return target(run_dir, "base", base)
+    from cw_cli.after_training.artifacts import read_artifacts
+    from cw_cli.render.artifact_choice import choose_source
+
+    source = choose_source(read_artifacts(kube, run_name), which)
+    if source.top:
+        return target(run_dir, "final")
+    return target(run_dir, Path(source.folder).name.removeprefix("checkpoint-"))
+
+
+def create_eval(kube: Kube, facts: ExportFacts, settings: dict[str, Any], chosen: EvalTarget, resources: EvalResources) -> str:
+    """Create the evaluation's Job and its ConfigMap (owned by the Job); returns the Job's name.
+
+    Raises:
+        Conflict: An evaluation of this model exists (running, or kept after it ended).
+    """
+    name = eval_name(facts.run_name, chosen)
+    if kube.get("Job", name) is not None:
+        raise Conflict(f"an evaluation {name} exists already (running, or kept {EVAL_TTL_HOURS} h after it ended)",
+                       hint=f"follow it with cw logs {facts.run_name} --role eval, or delete it: kubectl delete job {name}")  # fmt: skip
+    job, config_map = eval_manifests(facts, settings, chosen, resources, requirements=[LM_EVAL_REQUIREMENT])
+    created = kube.create(job)
+    config_map["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": created["metadata"]["uid"],
+         "controller": True, "blockOwnerDeletion": True}
+    ]  # fmt: skip
+    kube.create(config_map)
+    return name
+
+
+def eval_facts(kube: Kube, run_name: str) -> ExportFacts:
+    """What the evaluation pod takes over from the run's trainer (as an export does).
+
+    Raises:
+        NotFound: No such run.
+        ConfigError: Its outputs are on no volume.
+    """
+    from cw_cli.after_training.export import export_facts
+
+    return export_facts(kube, run_name, ExportChoice(checkpoint="latest"))
