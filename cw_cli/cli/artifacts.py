@@ -26,6 +26,17 @@ def _size(size: int) -> str:
     return str(size)
 
 
+def deciding_metric(listing: dict[str, Any]) -> str | None:
+    """The evaluation's deciding score (its scores files' ``metric``), or None where nothing was evaluated."""
+    documents = [item.get("scores") for item in listing.get("artifacts") or []] + [listing.get("base_scores")]
+    return next((str(d["metric"]) for d in documents if isinstance(d, dict) and d.get("metric")), None)
+
+
+def _score(document: Any, metric: str) -> str:
+    value = (document.get("scores") or {}).get(metric) if isinstance(document, dict) else None
+    return f"{value:.4g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
+
+
 def _row(item: dict[str, Any]) -> list[str]:
     metrics = item.get("metrics") or {}
     shown = next((f"{key} {metrics[key]:.4g}" for key in SHOWN_METRICS if isinstance(metrics.get(key), (int, float))), "")
@@ -75,4 +86,13 @@ def artifacts_command(run: str, local: bool, namespace: str | None, context: str
         click.echo(f"{printable(listing['run_dir'])}: no checkpoint, model or export yet", err=True)
         return
     header = ["KIND", "STEP", "COMPLETE", "SIZE", "MODIFIED (UTC)", "METRICS", "PATH"]
-    click.echo(table(header, [_row(item) for item in listing["artifacts"]]), nl=False)
+    rows = [_row(item) for item in listing["artifacts"]]
+    metric = deciding_metric(listing)
+    if metric is not None:  # the evaluation's deciding score beside each model, the base model's first
+        header.insert(-1, printable(metric).upper())
+        for row, item in zip(rows, listing["artifacts"]):
+            row.insert(-1, _score(item.get("scores"), metric))
+        base = listing.get("base_scores")
+        if isinstance(base, dict):
+            rows.insert(0, ["base model", "", "", "", "", "", _score(base, metric), printable(str(base.get("model", "")))])
+    click.echo(table(header, rows), nl=False)

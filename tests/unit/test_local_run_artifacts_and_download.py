@@ -133,3 +133,22 @@ def test_the_listing_is_the_pod_side_listers_document(tmp_path):
     pod = subprocess.run([sys.executable, str(RUNTIME_DIR / "cw_artifacts.py"), str(run_dir.resolve())],
                          capture_output=True, text=True, check=True)  # fmt: skip
     assert list_local_artifacts("my-sft", tmp_path) == {**json.loads(pod.stdout), "run_dir": str(run_dir.resolve())}
+
+
+def test_artifacts_shows_the_evaluations_deciding_score_beside_each_model_and_the_base(cw, tmp_path):
+    run_dir = _trl_run(tmp_path)
+    for folder, name, step, value in ((run_dir / "checkpoint-1" / "cw-eval", "checkpoint-1", 1, 0.25),
+                                      (run_dir / "cw-eval" / "final", "final", None, 0.5),
+                                      (run_dir / "cw-eval" / "base", "base", None, 0.125)):  # fmt: skip
+        folder.mkdir(parents=True)
+        (folder / "scores.json").write_text(json.dumps(
+            {"checkpoint": name, "step": step, "model": "Qwen/Qwen2.5-0.5B" if name == "base" else str(run_dir),
+             "harness": "lm-eval 0.4.13", "metric": "hellaswag/acc_norm", "higher_is_better": True,
+             "scores": {"hellaswag/acc_norm": value, "hellaswag/acc": 0.0}, "finished_at": "2026-11-27T15:00:00Z"}))  # fmt: skip
+    table = cw("artifacts", "my-sft", "--local")
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert "HELLASWAG/ACC_NORM" in lines[0]
+    by_kind = {line.split()[0] + (line.split()[1] if line.startswith("checkpoint") else ""): line for line in lines[1:]}
+    assert "0.125" in by_kind["base"] and "Qwen/Qwen2.5-0.5B" in by_kind["base"]
+    assert "0.25" in by_kind["checkpoint1"] and "0.5" in by_kind["final"] and "0.25" not in by_kind["checkpoint2"]
