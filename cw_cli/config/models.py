@@ -448,6 +448,14 @@ class ClusterSpec(StrictModel):
         "go to <run>/.cw/stacks-<time>/ and the pod restarts from the last checkpoint. Default: 5 times the "
         "slowest step so far, at least 600.",
     )
+    startup_timeout: int | None = Field(
+        default=None,
+        ge=10,
+        le=7 * 24 * 3600,
+        description="Seconds from the trainer's start to its first step after which it counts as stalled (a hang in "
+        "loading or NCCL set-up): stacks of every Python process go to <run>/.cw/stacks-<time>/ and the pod restarts. "
+        "Default: not watched (loading and data preparation take from seconds to hours).",
+    )
     notify: NotifySpec | None = Field(
         default=None,
         description="Notifications the cluster sends (Slack, email, Discord, a webhook...: Apprise URLs) on success, "
@@ -507,7 +515,8 @@ class ClusterSpec(StrictModel):
     )
 
     _numbers_not_bools = field_validator(
-        "gpu", "nodes", "ttl_hours", "backoff_limit", "max_restarts", "grace_period", "stall_timeout", mode="before"
+        "gpu", "nodes", "ttl_hours", "backoff_limit", "max_restarts", "grace_period", "stall_timeout",
+        "startup_timeout", mode="before"
     )(_not_bool)
 
     @field_validator("env")

@@ -31,6 +31,7 @@ Environment (set by the supervisor for its command unless noted): ``CW_FT_DIR`` 
 folder: heartbeats, stop file, stack files), ``CW_FT_RUN_DIR`` (the run's folder, for
 ``.cw/``), ``CW_STALL_TIMEOUT`` (seconds; unset or ``auto``: derived, see
 :func:`stall_timeout`), ``CW_STALL_FLOOR`` (the floor of the derived timeout, default 600 s),
+``CW_STARTUP_TIMEOUT`` (seconds to the first step; unset: not watched),
 ``CW_FAULT_TOLERANCE=0`` (read by cw_entrypoint: exec the command as before).
 """
 
@@ -48,6 +49,7 @@ from typing import Any
 FT_DIR_ENV = "CW_FT_DIR"
 RUN_DIR_ENV = "CW_FT_RUN_DIR"
 STALL_TIMEOUT_ENV = "CW_STALL_TIMEOUT"
+STARTUP_TIMEOUT_ENV = "CW_STARTUP_TIMEOUT"
 STALL_FLOOR_ENV = "CW_STALL_FLOOR"
 ENABLE_ENV = "CW_FAULT_TOLERANCE"
 
@@ -340,10 +342,32 @@ def patch_trainer(module: Any) -> None:
     trainer_cls.__init__ = __init__
 
 
+def _arm_process_stacks() -> None:
+    """Let a hang before the first step be seen: this process writes its stacks on SIGUSR2 to
+    ``stacks/pid-<pid>.txt`` until a rank's own file takes over (``_RankState``). Only processes
+    with such a file are signalled: SIGUSR2 would end any other."""
+    import faulthandler
+
+    folder = os.environ.get(FT_DIR_ENV)
+    if not folder:
+        return
+    try:
+        stacks = _mkdirs(Path(folder) / "stacks")
+        global _PROCESS_STACKS
+        _PROCESS_STACKS = open(stacks / f"pid-{os.getpid()}.txt", "a", encoding="utf-8")  # noqa: SIM115
+        faulthandler.register(STACK_SIGNAL, file=_PROCESS_STACKS, all_threads=True, chain=False)
+    except (OSError, ValueError, RuntimeError):
+        pass
+
+
+_PROCESS_STACKS: Any = None
+
+
 def activate() -> None:
     """Patch ``transformers.trainer.Trainer`` as soon as it is imported (called by the shim)."""
     import importlib.abc
 
+    _arm_process_stacks()
     target = "transformers.trainer"
     if target in sys.modules:
         patch_trainer(sys.modules[target])
@@ -416,11 +440,14 @@ _chain()
 class _Watch:
     """The supervisor's view of the local ranks' heartbeats."""
 
-    def __init__(self, folder: Path, started: float, explicit_s: float | None, floor_s: float) -> None:
+    def __init__(
+        self, folder: Path, started: float, explicit_s: float | None, floor_s: float, startup_s: float | None = None
+    ) -> None:
         self.folder = folder
         self.started = started
         self.explicit_s = explicit_s
         self.floor_s = floor_s
+        self.startup_s = startup_s
         self.seen: dict[str, int] = {}
         self.last_change: float | None = None
         self.first_s: float | None = None
@@ -450,26 +477,41 @@ class _Watch:
             self.step = max(int(r.get("step", 0)) for r in ranks)
             self.done = all(r.get("done") for r in ranks)
 
+    def processes(self) -> list[dict[str, Any]]:
+        """The local ranks, or before any heartbeat every Python process that armed its stack file."""
+        return self.ranks() or [{"pid": int(p.stem[4:])} for p in (self.folder / "stacks").glob("pid-*.txt")]
+
     def timeout(self) -> float:
+        if self.last_change is None and self.startup_s is not None:
+            return self.startup_s
         return stall_timeout(
             self.intervals, self.first_s or 0.0, floor_s=self.floor_s, explicit_s=self.explicit_s
         )
 
     def stalled(self, now: float) -> bool:
-        if self.last_change is None or self.done:
+        if self.done:
             return False
+        if self.last_change is None:  # before the first step: watched only with a startup timeout
+            return self.startup_s is not None and now - self.started > self.startup_s
         return now - self.last_change > self.timeout()
 
 
 def _dump_stacks(ft_dir: Path, run_dir: Path, ranks: list[dict[str, Any]], stamp: str) -> Path:
-    """Signal every local rank to write its stacks (SIGCONT wakes a stopped one) and copy them."""
+    """Signal every local rank to write its stacks (SIGCONT wakes a stopped one) and copy them.
+
+    Before any rank has stepped (no heartbeats), every Python process of the command that armed
+    its own stack file (``stacks/pid-<pid>.txt``) is asked instead."""
     target = run_dir / ".cw" / f"stacks-{stamp}"
     target.mkdir(parents=True, exist_ok=True)
-    sizes: dict[int, int] = {}
-    for r in ranks:
-        rank, pid = int(r["rank"]), int(r["pid"])
-        source = ft_dir / "stacks" / f"rank-{rank}.txt"
-        sizes[rank] = source.stat().st_size if source.exists() else 0
+    stacks = ft_dir / "stacks"
+    # file name (rank-N or pid-N) -> pid
+    writers = {f"rank-{int(r['rank'])}": int(r["pid"]) for r in ranks} or {
+        path.stem: int(path.stem[4:]) for path in sorted(stacks.glob("pid-*.txt"))
+    }
+    sizes: dict[str, int] = {}
+    for name, pid in writers.items():
+        source = stacks / f"{name}.txt"
+        sizes[name] = source.stat().st_size if source.exists() else 0
         for sig in (STACK_SIGNAL, signal.SIGCONT):
             try:
                 os.kill(pid, sig)
@@ -479,20 +521,19 @@ def _dump_stacks(ft_dir: Path, run_dir: Path, ranks: list[dict[str, Any]], stamp
     pending = set(sizes)
     while pending and time.monotonic() < deadline:
         time.sleep(0.2)
-        for rank in list(pending):
-            source = ft_dir / "stacks" / f"rank-{rank}.txt"
-            if source.exists() and source.stat().st_size > sizes[rank]:
-                pending.discard(rank)
+        for name in list(pending):
+            source = stacks / f"{name}.txt"
+            if source.exists() and source.stat().st_size > sizes[name]:
+                pending.discard(name)
     time.sleep(0.5)  # let the last writes finish
-    for rank, start in sizes.items():
-        source = ft_dir / "stacks" / f"rank-{rank}.txt"
+    for name, start in sizes.items():
         try:
-            with open(source, "rb") as fh:
+            with open(stacks / f"{name}.txt", "rb") as fh:
                 fh.seek(start)
                 text = fh.read()
         except OSError:  # a rank that never armed faulthandler (it died, or hung before activate)
             text = b""
-        (target / f"rank-{rank}.txt").write_bytes(text or b"(no stacks written: the process did not answer)\n")
+        (target / f"{name}.txt").write_bytes(text or b"(no stacks written: the process did not answer)\n")
     return target
 
 
@@ -550,7 +591,7 @@ def supervise(command: list[str], run_dir: str | os.PathLike | None = None, poll
     env[RUN_DIR_ENV] = str(run)
     explicit = _number(env.get(STALL_TIMEOUT_ENV))
     floor = _number(env.get(STALL_FLOOR_ENV)) or DEFAULT_FLOOR_S
-    watch = _Watch(ft_dir, time.monotonic(), explicit, floor)
+    watch = _Watch(ft_dir, time.monotonic(), explicit, floor, _number(env.get(STARTUP_TIMEOUT_ENV)))
 
     requests: list[tuple[int, float]] = []
 
@@ -588,13 +629,13 @@ def supervise(command: list[str], run_dir: str | os.PathLike | None = None, poll
             if watch.stalled(now):
                 stalled = True
                 _report_stall(watch, ft_dir, run)
-                _kill_all(child.pid, watch.ranks())
+                _kill_all(child.pid, watch.processes())
                 child.wait()
                 code = STALL_EXIT
                 break
     finally:
         if child.poll() is None:
-            _kill_all(child.pid, watch.ranks())
+            _kill_all(child.pid, watch.processes())
             child.wait()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

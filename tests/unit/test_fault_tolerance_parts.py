@@ -219,3 +219,49 @@ def test_two_armed_copies_of_the_hook_patch_the_trainer_once_without_recursing(t
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["1", "True", "True"]
+
+
+_HANGS_LOADING = """
+import time
+def load_the_model_forever():
+    end = time.monotonic() + 60  # "forever" for the test: code that does not watch ends it with 0
+    while time.monotonic() < end:
+        time.sleep(0.1)
+load_the_model_forever()
+"""
+
+
+def test_a_hang_before_the_first_step_is_caught_with_a_startup_timeout(tmp_path, monkeypatch):
+    """A command that never reaches its first step (a hang in loading or NCCL set-up) is stalled
+    once `startup_timeout` runs out: every Python process of it that the shim armed writes its
+    stacks (here the hung frame), stall.json and the status line are written, and the pod exits 75."""
+    monkeypatch.setenv(cw_fault.STARTUP_TIMEOUT_ENV, "3")
+    run = tmp_path / "run"
+    code = cw_fault.supervise([sys.executable, "-c", _HANGS_LOADING], run, poll_s=0.2)
+    assert code == cw_fault.STALL_EXIT
+    report = json.loads((run / ".cw" / "stall.json").read_text())
+    assert report["last_step"] == 0 and report["timeout_s"] == 3.0 and report["ranks"] == []
+    (stacks,) = (run / report["stacks"]).glob("pid-*.txt")
+    assert "load_the_model_forever" in stacks.read_text()
+
+
+def test_before_the_first_step_nothing_is_watched_by_default(tmp_path, monkeypatch):
+    """Loading and data preparation take from seconds to hours: without `startup_timeout` a slow
+    start is no stall, however far beyond the stall floor it goes."""
+    monkeypatch.delenv(cw_fault.STARTUP_TIMEOUT_ENV, raising=False)
+    monkeypatch.setenv(cw_fault.STALL_TIMEOUT_ENV, "1")
+    monkeypatch.setenv("CW_STALL_FLOOR", "1")
+    code = cw_fault.supervise([sys.executable, "-c", "import time; time.sleep(3)"], tmp_path / "run", poll_s=0.2)
+    assert code == 0 and not (tmp_path / "run" / ".cw" / "stall.json").exists()
+
+
+def test_the_startup_timeout_reaches_the_trainer_and_is_checked(tmp_path):
+    job = plan_for("trl", "sft", write_config(tmp_path, {**SFT, "startup_timeout": 3600})).manifests[0]
+    assert env_map(container(job, "trainer"))["CW_STARTUP_TIMEOUT"] == "3600"
+    assert "CW_STARTUP_TIMEOUT" not in env_map(container(plan_for("trl", "sft", write_config(tmp_path, SFT)).manifests[0], "trainer"))
+    jobset = plan_for("trl", "sft", write_config(tmp_path, {**SFT, "startup_timeout": 3600}), nodes=2, jobset_available=True)
+    trainer = next(r for r in jobset.manifests[0]["spec"]["replicatedJobs"] if r["name"] == "trainer")["template"]["spec"]
+    assert env_map(trainer["template"]["spec"]["containers"][0])["CW_STARTUP_TIMEOUT"] == "3600"
+    with pytest.raises(ConfigError) as error:
+        plan_for("trl", "sft", write_config(tmp_path, {**SFT, "startup_timeout": 1}))
+    assert "startup_timeout" in str(error.value) + " ".join(getattr(error.value, "issues", []) or [])
