@@ -190,3 +190,12 @@ def submit_pipeline(session: Session, planned: PlannedPipeline, progress: Progre
             run.delete()
         raise
     return runs
+
+
+def stage_states(session: Session, pipeline: str) -> dict[str, str]:
+    """Each stage of a pipeline and its state as its keeper last recorded it (``Waiting``,
+    ``Created``, ``Running``, ``Succeeded``, ``Failed``, ``Skipped``, ``Deleted``); empty once the
+    keeper's objects are gone."""
+    from cw_cli.k8s.pipelines import stage_states as read
+
+    return read(session.kube, pipeline)

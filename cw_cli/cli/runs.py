@@ -67,20 +67,38 @@ def list_command(
         where = "any namespace" if all_namespaces else f"namespace {session.namespace}"
         echo(f"no {'matching ' if state or framework or sweep else ''}runs in {where}", err=True)
         return
-    columns = ["RUN", "FRAMEWORK", "TYPE", "STATE", "GPUS", "STEP", "ETA", "RESTARTS", "AGE", "REASON"]
+    pipelines = sorted({run.pipeline for run in runs if run.pipeline})
+    if pipelines:  # a pipeline's runs together, under its name
+        runs = sorted(runs, key=lambda run: run.pipeline or "")
+    columns = ["RUN", *(["PIPELINE"] if pipelines else []), "FRAMEWORK", "TYPE", "STATE", "GPUS", "STEP", "ETA", "RESTARTS", "AGE",
+               "REASON"]  # fmt: skip
     rows = [
-        [*([run.namespace] if all_namespaces else []), run.name, run.framework, run.training_type, run.state,
+        [*([run.namespace] if all_namespaces else []), run.name,
+         *([f"{run.pipeline}/{run.stage}" if run.pipeline else ""] if pipelines else []), run.framework, run.training_type, run.state,
          str(run.gpus), f"{run.progress.step}/{run.progress.total}" if run.progress else "",
          run.progress.eta() if run.progress else "", "" if run.restarts is None else str(run.restarts),
          _age(run.created), run.failure or ""]
         for run in runs
     ]  # fmt: skip
     click.echo(table([*(["NAMESPACE"] if all_namespaces else []), *columns], rows), nl=False)
+    if pipelines and not all_namespaces:
+        _later_stages(session, pipelines)
     for run in runs:
         if run.stalled:
             echo(f"{run.name}: its launcher stopped before starting it; `cw delete {run.name}` removes it", err=True, fg="yellow")
     if any(run.state == "Failed" for run in runs):
         echo("`cw status RUN` says why a run failed, with the fix and its last log lines", err=True)
+
+
+def _later_stages(session: api.Session, pipelines: list[str]) -> None:
+    """A line per pipeline naming its stages not created yet (waiting, or skipped after a failure)."""
+    from cw_cli.api.pipelines import stage_states
+
+    for pipeline in pipelines:
+        later = {stage: state for stage, state in stage_states(session, pipeline).items() if state in ("Waiting", "Skipped")}
+        if later:
+            text = ", ".join(f"{stage} {state.lower()}" for stage, state in later.items())
+            echo(f"pipeline {printable(pipeline)}: not created yet: {printable(text)}", err=True)
 
 
 @click.command("status")

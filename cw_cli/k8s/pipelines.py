@@ -4,6 +4,7 @@ owned by it, then released), all or nothing."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from cw_cli.client.connection import Kube
@@ -47,3 +48,20 @@ def create_keeper(kube: Kube, manifests: list[dict[str, Any]]) -> None:
         for manifest in rest:
             kube.delete(manifest["kind"], manifest["metadata"]["name"])
         raise
+
+
+def stage_states(kube: Kube, pipeline: str) -> dict[str, str]:
+    """Each stage's state as the pipeline's keeper last recorded it (``Waiting`` for a stage it has
+    not looked at yet); empty when the pipeline's ConfigMap is gone (its keeper ended and was removed).
+    """
+    from cw_cli.render.pipeline import STATES_ANNOTATION, keeper_name
+
+    config_map = kube.get("ConfigMap", keeper_name(pipeline))
+    if config_map is None:
+        return {}
+    try:
+        stages = json.loads((config_map.get("data") or {}).get("pipeline.json") or "{}").get("stages") or {}
+        recorded = json.loads((config_map["metadata"].get("annotations") or {}).get(STATES_ANNOTATION) or "{}")
+    except (ValueError, AttributeError):
+        return {}
+    return {name: str(recorded.get(name) or ("Created" if stage.get("created") else "Waiting")) for name, stage in stages.items()}

@@ -20,7 +20,9 @@ from cw_cli.labels import (
     COMPLETION_INDEX_ANNOTATION,
     COMPONENT_LABEL,
     NAME_LABEL,
+    PIPELINE_LABEL,
     RUN_LABEL,
+    STAGE_LABEL,
     SWEEP_LABEL,
     TENSORBOARD_ANNOTATION,
     TRAINER,
@@ -77,6 +79,9 @@ class RunView(Struct):
     explanations: list[Explanation] = field(default_factory=list)
     #: The sweep the run belongs to.
     sweep: str | None = None
+    #: The pipeline the run is a stage of, and its stage (`cw pipeline`).
+    pipeline: str | None = None
+    stage: str | None = None
     #: Where to watch the training: ``wandb`` (the W&B run's page), ``tensorboard`` (the event files' folder).
     links: dict[str, str] = field(default_factory=dict)
     #: How far the running trainer is, from its log's last lines (None: not known, or not running).
@@ -111,6 +116,7 @@ def collect_runs(
         view.framework = labels.get(NAME_LABEL, view.framework)
         view.training_type = labels.get(TYPE_LABEL, view.training_type)
         view.sweep = labels.get(SWEEP_LABEL, view.sweep)
+        view.pipeline, view.stage = labels.get(PIPELINE_LABEL, view.pipeline), labels.get(STAGE_LABEL, view.stage)
         view.objects.append(f"{kind}/{obj['metadata']['name']}")
         created = creation_time(obj)
         if created and (view.created is None or created < view.created):

@@ -19,7 +19,7 @@ from cw_cli.errors import GateRefused
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT, CONFIG_MOUNT
 from cw_cli.frameworks.runtime_files import EXPORT_FILE, PIP_FILE, runtime_file, with_requirements
 from cw_cli.labels import COMPONENT_LABEL, EXPORT, GPU_RESOURCE
-from cw_cli.render.plan import CONTAINER_SECURITY, POD_SECURITY
+from cw_cli.render.pod_parts import CONTAINER_SECURITY, POD_SECURITY
 from cw_cli.render.scores import Gate, best_checkpoint, gate_refusal
 from cw_cli.render.templates import render_manifest
 

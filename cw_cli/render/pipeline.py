@@ -18,14 +18,12 @@ from msgspec import Struct
 from cw_cli.client.resources import RESOURCES
 from cw_cli.frameworks.base import CONFIG_MOUNT
 from cw_cli.frameworks.runtime_files import RUNTIME_DIR
-from cw_cli.labels import MANAGED_BY, MANAGED_BY_LABEL, PART_OF, PART_OF_LABEL
+from cw_cli.labels import MANAGED_BY, MANAGED_BY_LABEL, PART_OF, PART_OF_LABEL, PIPELINE_LABEL, STAGE_LABEL
 from cw_cli.render.helper_pods import READER_IMAGE
-from cw_cli.render.plan import CONTAINER_SECURITY, POD_SECURITY, Plan
+from cw_cli.render.plan import Plan
+from cw_cli.render.pod_parts import CONTAINER_SECURITY, POD_SECURITY
 
-#: Every object of a pipeline's runs and of its keeper carries the pipeline's name.
-PIPELINE_LABEL = "cw-cli.dev/pipeline"
-#: A run's stage in its pipeline.
-STAGE_LABEL = "cw-cli.dev/pipeline-stage"
+__all__ = ["PIPELINE_LABEL", "STAGE_LABEL"]  # labels.py's, used with the rest here
 #: On the pipeline's ConfigMap: each stage's state as the keeper last saw it (JSON).
 STATES_ANNOTATION = "cw-cli.dev/pipeline-stages"
 #: The keeper's file, shipped in the pipeline's ConfigMap.
@@ -79,7 +77,8 @@ def _group(kind: str) -> tuple[str, str]:
 
 def document(pipeline: str, stages: list[PlannedStage], created: set[str]) -> dict[str, Any]:
     """``pipeline.json``: every stage, its owner, and the objects of those cw does not create now."""
-    body: dict[str, Any] = {"name": pipeline, "configmap": keeper_name(pipeline), "stages": {}}
+    body: dict[str, Any] = {"name": pipeline, "configmap": keeper_name(pipeline), "stages": {},
+                            "order": [stage.name for stage in stages]}  # JSON objects have no order  # fmt: skip
     for stage in stages:
         owner = stage.plan.manifests[0]
         entry: dict[str, Any] = {

@@ -5,7 +5,7 @@ Shipped in the pipeline's ConfigMap (key ``cw_pipeline.py``) beside ``pipeline.j
 the pipeline's keeper Job; one file, standard library only, no cw imports. ``pipeline.json``
 holds every stage cw rendered at launch::
 
-    {"name": "rlhf", "configmap": "rlhf-pipeline",
+    {"name": "rlhf", "configmap": "rlhf-pipeline", "order": ["sft", "dpo"],
      "stages": {"dpo": {"run": "rlhf-dpo", "after": ["sft"], "created": false, "suspend": true,
                         "owner": {"kind": "Job", "name": "rlhf-dpo-trainer", "path": "/apis/batch/v1/namespaces/{ns}/jobs"},
                         "objects": [{"path": ".../{ns}/jobs", "body": {...}}, ...]}, ...}}
@@ -125,7 +125,8 @@ def decide(document: dict, states: dict, owners: dict) -> dict:
     """Each stage's state this round, from the recorded states and the owners read: the stages to
     create are those now ``Create``."""
     decided: dict = {}
-    for name, stage in document["stages"].items():  # in an order where each comes after its predecessors
+    for name in document.get("order") or list(document["stages"]):  # each after those it waits for
+        stage = document["stages"][name]
         recorded = states.get(name)
         if recorded in ("Skipped",):
             decided[name] = recorded
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None, environ: dict | None = None) -> int:
     document = json.loads(_read(env.get("CW_PIPELINE_FILE") or "/etc/cw/pipeline.json"))
     api = Api(env)
     poll_s = float(env.get("CW_PIPELINE_POLL_S", "20"))
-    log(f"keeping pipeline {document['name']}: stages {', '.join(document['stages'])}")
+    log(f"keeping pipeline {document['name']}: stages {', '.join(document.get('order') or document['stages'])}")
     while True:
         try:
             done = one_round(api, document)

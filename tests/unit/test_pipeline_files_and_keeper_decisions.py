@@ -106,7 +106,8 @@ def test_a_cycle_made_by_references_is_refused(tmp_path):
     assert "in a cycle" in raised.value.message
 
 
-DOC = {"stages": {"sft": {"after": [], "created": True}, "dpo": {"after": ["sft"]}, "eval": {"after": ["dpo"]}}}
+DOC = {"stages": {"dpo": {"after": ["sft"]}, "eval": {"after": ["dpo"]}, "sft": {"after": [], "created": True}},
+       "order": ["sft", "dpo", "eval"]}  # the stages as JSON keeps them: sorted, so the order says which comes first
 
 
 def _job(condition: str | None) -> dict:
