@@ -73,6 +73,12 @@ class EvalSpec(BaseModel):
         description=f"Image of the evaluation pod (default: the trainer's; {LM_EVAL_REQUIREMENT} is pip-installed "
         "when it lacks lm-eval).",
     )
+    priority_class: str | None = Field(
+        default="cw-eval",
+        pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        description="The per-checkpoint evaluation pods' PriorityClass, below the trainer's (docs/evaluation.md ships "
+        "cw-eval, value -10, for a cluster admin to apply once); on a queued run, the Kueue WorkloadPriorityClass.",
+    )
     every_checkpoint: bool = Field(
         default=True,
         description="Evaluate each complete checkpoint while training goes on (at a lower priority than training).",

@@ -25,6 +25,7 @@ EXPORT_FILE = "cw_export.py"  # `cw export`: a checkpoint turned into a model re
 ARTIFACTS_FILE = "cw_artifacts.py"  # `cw artifacts`: what a run left on its volume, as JSON
 FETCH_FILE = "cw_fetch.py"  # `cw download`: a folder's files with their hashes, a file from an offset
 EVAL_FILE = "cw_eval.py"  # an evaluation pod: lm-evaluation-harness on one model, its scores beside it
+EVAL_WATCH_FILE = "cw_eval_watch.py"  # the trainer's sidecar: one evaluation Job per complete checkpoint
 _SOURCES = {
     KEEPER_FILE: "cw_keeper.py",
     REWARD_SERVER_FILE: "reward_server.py",
@@ -40,6 +41,7 @@ _SOURCES = {
     ARTIFACTS_FILE: "cw_artifacts.py",
     FETCH_FILE: "cw_fetch.py",
     EVAL_FILE: "cw_eval.py",
+    EVAL_WATCH_FILE: "cw_eval_watch.py",
 }
 
 REWARD_FUNCTION = "cw_reward.remote_reward"

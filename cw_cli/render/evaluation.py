@@ -141,13 +141,15 @@ class EvalResources(Struct, frozen=True):
 
 def eval_manifests(
     facts: ExportFacts, pod_settings: dict[str, Any], target: EvalTarget, resources: EvalResources,
-    namespace: str | None = None, requirements: list[str] | None = None,
+    namespace: str | None = None, requirements: list[str] | None = None, run_config_map: str | None = None,
+    extra_labels: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """The evaluation's Job (first: it owns the rest) and ConfigMap."""
+    """The evaluation's Job (first: it owns the rest) and ConfigMap; the Job alone where it mounts
+    the run's ConfigMap (``run_config_map``: the per-checkpoint evaluations, whose files it holds)."""
     name = eval_name(facts.run_name, target)
-    labels = {**facts.labels, COMPONENT_LABEL: EVAL}
+    labels = {**facts.labels, COMPONENT_LABEL: EVAL, **(extra_labels or {})}
     volumes: list[dict[str, Any]] = [
-        {"name": "config", "configMap": {"name": name}},
+        {"name": "config", "configMap": {"name": run_config_map or name}},
         {"name": "checkpoints", "persistentVolumeClaim": {"claimName": facts.claim}},
     ]
     mounts: list[dict[str, Any]] = [
@@ -183,9 +185,108 @@ def eval_manifests(
         "volumes": volumes,
     }
     job = render_manifest("common/eval-job.yaml.j2", values, [], "Job", name)
+    if run_config_map:
+        return [job]
     files = {EVAL_FILE: runtime_file(EVAL_FILE), SPEC_FILE: json.dumps(pod_settings, indent=1, sort_keys=True)}
     if requirements:
         files[PIP_FILE] = runtime_file(PIP_FILE)
     configmap_values = {"name": name, "namespace": namespace, "labels": labels, "files": files}
     configmap = render_manifest("common/eval-configmap.yaml.j2", configmap_values, [], "ConfigMap", name)
     return [job, configmap]
+
+
+#: The step the per-checkpoint Job is rendered for at launch; cw_eval_watch.py puts each checkpoint's in its place.
+TEMPLATE_STEP = 987654321
+#: The per-checkpoint evaluation Job as rendered at launch, in the run's ConfigMap.
+JOB_FILE = "cw-eval-job.json"
+#: The watcher sidecar of the trainer pod.
+WATCH_CONTAINER = "eval-watch"
+#: The trainer environment entries an evaluation pod takes over (the Hub token, the cache, pip's index).
+EVAL_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HOME", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
+            "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")  # fmt: skip
+#: Kueue's label naming a queued workload's WorkloadPriorityClass.
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def trainer_output_dir(prepared: dict[str, Any], output_keys: tuple[tuple[str, ...], ...], working_dir: str) -> str:
+    """Where the trainer saves its checkpoints: the mounted config's output folder (a relative one
+    starts at the trainer's working folder, the run's folder on the volume), else that folder."""
+    import posixpath
+
+    for key_path in output_keys:
+        value: Any = prepared
+        for key in key_path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str) and value:
+            return posixpath.normpath(value if value.startswith("/") else f"{working_dir}/{value}")
+    return working_dir
+
+
+def watches(config: RunConfig, services_only: bool) -> bool:
+    """Whether the run evaluates each checkpoint while it trains (``eval.every_checkpoint`` on a
+    run whose outputs are on a volume the evaluation pods can mount)."""
+    spec = config.cluster.eval
+    return spec is not None and spec.every_checkpoint and config.cluster.keeps_outputs and not services_only
+
+
+def watch_files(config: RunConfig, run_name: str, run_dir: str, labels: dict[str, str], image: str, pull_policy: str,
+                env: list[dict[str, Any]], queue: str | None, namespace: str | None) -> list[ShippedFile]:  # fmt: skip
+    """The run's ConfigMap's files for the per-checkpoint evaluations: the Job cw_eval_watch.py
+    creates for each checkpoint (rendered here, from the template, for :data:`TEMPLATE_STEP`),
+    the watcher, cw_eval.py and cw_pip.py (cw-eval.json is there already)."""
+    from cw_cli.config.evaluation import LM_EVAL_REQUIREMENT
+    from cw_cli.frameworks.runtime_files import EVAL_WATCH_FILE
+    from cw_cli.render.shipped_files import text_file
+
+    spec = config.cluster.eval
+    assert spec is not None
+    cluster = config.cluster
+    facts = ExportFacts(
+        run_name=run_name, run_dir=run_dir, claim=str(cluster.checkpoint_claim), image=image, labels=labels,
+        env=[entry for entry in env if entry.get("name") in EVAL_ENV], hf_cache_claim=cluster.hf_cache_volume,
+        node_selector=dict(cluster.node_selector),
+        tolerations=[t.model_dump(by_alias=True, exclude_none=True) for t in cluster.tolerations],
+        service_account=cluster.service_account, pull_policy=pull_policy,
+    )  # fmt: skip
+    # Below the trainer: a PriorityClass, or on a queued run Kueue's WorkloadPriorityClass (same queue).
+    queued = {KUEUE_QUEUE_LABEL: str(queue), **({KUEUE_PRIORITY_LABEL: spec.priority_class} if spec.priority_class else {})}
+    resources = EvalResources(gpu=eval_gpu(spec, cluster.gpu), cpu=spec.cpu, memory=spec.memory, image=spec.image,
+                              priority_class=None if queue else spec.priority_class)  # fmt: skip
+    job = eval_manifests(facts, {}, target(run_dir, str(TEMPLATE_STEP)), resources, namespace,
+                         requirements=[LM_EVAL_REQUIREMENT], run_config_map=f"{run_name}-config",
+                         extra_labels=queued if queue else None)[0]  # fmt: skip
+    return [text_file(JOB_FILE, json.dumps(job, sort_keys=True)),
+            *(text_file(key, runtime_file(key)) for key in (EVAL_WATCH_FILE, EVAL_FILE, PIP_FILE))]  # fmt: skip
+
+
+def watch_sidecar(image: str, pull_policy: str, run_dir: str, config_mount: dict[str, Any],
+                  checkpoint_mount: dict[str, Any], resources: dict[str, Any], security: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """The trainer pod's native sidecar (an init container that restarts: it ends with the trainer)
+    that runs cw_eval_watch.py with the watcher's token, mounted into it alone."""
+    from cw_cli.frameworks.runtime_files import EVAL_WATCH_FILE
+    from cw_cli.render.keeper import SA_DIR, TOKEN_VOLUME
+
+    return {
+        "name": WATCH_CONTAINER, "image": image, "imagePullPolicy": pull_policy, "restartPolicy": "Always",
+        "command": ["python3", f"{CONFIG_MOUNT}/{EVAL_WATCH_FILE}"],
+        "env": [{"name": "CW_EVAL_RUN_DIR", "value": run_dir}, {"name": "CW_EVAL_JOB_FILE", "value": f"{CONFIG_MOUNT}/{JOB_FILE}"}],
+        "resources": resources, "securityContext": security,
+        "volumeMounts": [{**config_mount, "readOnly": True}, {**checkpoint_mount, "readOnly": True},
+                         {"name": TOKEN_VOLUME, "mountPath": SA_DIR, "readOnly": True}],
+    }  # fmt: skip
+
+
+def watch_rbac(run_name: str, labels: dict[str, str], namespace: str | None, service_account: str | None) -> list[dict[str, Any]]:
+    """The watcher's ServiceAccount (unless the config names one), Role and RoleBinding: create and get Jobs."""
+    name = f"{run_name}-{EVAL}"
+    labels = {**labels, COMPONENT_LABEL: EVAL}
+    subject: dict[str, Any] = {"kind": "ServiceAccount", "name": service_account or name}
+    if namespace:
+        subject["namespace"] = namespace
+    values = {"name": name, "namespace": namespace, "labels": labels, "subjects": [subject],
+              "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get"]}]}  # fmt: skip
+    manifests = [] if service_account else [render_manifest("common/eval-serviceaccount.yaml.j2", values, [], "ServiceAccount", name)]
+    manifests.append(render_manifest("common/eval-role.yaml.j2", values, [], "Role", name))
+    manifests.append(render_manifest("common/eval-rolebinding.yaml.j2", values, [], "RoleBinding", name))
+    return manifests

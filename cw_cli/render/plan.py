@@ -34,6 +34,7 @@ from cw_cli.labels import (
     WANDB_URL_ANNOTATION,
     object_names,
 )
+from cw_cli.render.evaluation import watch_rbac, watches
 from cw_cli.render.framework_output import FrameworkOutput, check_modes, configmap_files, framework_output, volume_choice
 from cw_cli.render.naming import validate_namespace
 from cw_cli.render.pod_parts import CONTAINER_SECURITY, POD_SECURITY
@@ -178,6 +179,8 @@ def build_plan(request: RunRequest) -> Plan:
         has_services=bool(output.services), facts=request.facts,
     )  # fmt: skip
     files = configmap_files(request, output, workload)
+    if watches(request.config, request.services_only):  # each checkpoint evaluated while training goes on
+        files += _eval_watch_files(request, context, workload, output)
     check_modes(request, output.services)
     data, binary_data, config_items = configmap_payload(files)
     scope = _scope(request, context, config_items)
@@ -210,10 +213,31 @@ def _parts(scope: Scope, output: FrameworkOutput, workload: Workload, data: dict
         trainer=trainer,
         configmap=scope.render("configmap", {"files": data, "binary_files": binary_data}, "ConfigMap", names["config"]),
         node_service=scope.render("headless_service", {}, "Service", names["nodes"]) if multi_node else None,
-        keeper_rbac=keeper_rbac(scope, server_names, keeper_account) if kept else [],
+        keeper_rbac=[*(keeper_rbac(scope, server_names, keeper_account) if kept else []), *_eval_rbac(scope)],
         network_policy=scope.render("networkpolicy", {}, "NetworkPolicy", names["network"]),
         servers=servers(scope, output, workload, keeper_account),
     )
+
+
+def _eval_rbac(scope: Scope) -> list[dict[str, Any]]:
+    """The evaluation watcher's ServiceAccount, Role and RoleBinding, where the run has one."""
+    request = scope.request
+    if not watches(request.config, request.services_only):
+        return []
+    return watch_rbac(request.run_name, scope.labels, request.namespace, request.config.cluster.service_account)
+
+
+def _eval_watch_files(request: RunRequest, context: RunContext, workload: Workload, output: FrameworkOutput) -> list[Any]:
+    """The per-checkpoint evaluation's files in the run's ConfigMap (render/evaluation.py)."""
+    from cw_cli.render.evaluation import trainer_output_dir, watch_files
+    from cw_cli.render.pod_parts import env_list
+
+    cluster = request.config.cluster
+    image = cluster.image or request.framework.framework.default_image(request.training_type)
+    env = env_list({**cluster.env, **storage_env(cluster)}, cluster.secret_refs())
+    run_dir = trainer_output_dir(output.prepared, request.framework.framework.output_keys, context.output_dir)
+    return watch_files(request.config, request.run_name, run_dir, _labels(request), image,
+                       "Always" if cluster.pull else "IfNotPresent", env, workload.queue, request.namespace)  # fmt: skip
 
 
 def _record_kinds(plan: Plan) -> None:

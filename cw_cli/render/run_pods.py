@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
-from cw_cli.frameworks.base import CHECKPOINT_MOUNT, RunContext, ServiceDef
+from cw_cli.frameworks.base import CHECKPOINT_MOUNT, CONFIG_MOUNT, RunContext, ServiceDef
 from cw_cli.frameworks.runtime_files import IDENTITY_ENV, RESUME_CHANGED_ENV, with_entrypoint, with_requirements
-from cw_cli.labels import COMPONENT_LABEL, KEEPER, LIFETIME_ANNOTATION, TRAINER
+from cw_cli.labels import COMPONENT_LABEL, EVAL, KEEPER, LIFETIME_ANNOTATION, TRAINER
+from cw_cli.render.evaluation import trainer_output_dir, watch_sidecar, watches
 from cw_cli.render.keeper import keeper_container, keeper_rules, keeper_subjects, token_volume
 from cw_cli.render.notify import notify_env
 from cw_cli.render.pod_parts import (
@@ -139,6 +140,11 @@ def trainer_job(scope: Scope, output: FrameworkOutput, workload: Workload) -> di
                        request.services_timeout_s, queued=workload.queue is not None)
         for service in output.services
     ]  # fmt: skip
+    watched = watches(request.config, request.services_only)
+    if watched:  # the sidecar that creates one evaluation Job per complete checkpoint, with its own token
+        run_dir = trainer_output_dir(output.prepared, framework.output_keys, context.output_dir)
+        waits.append(_eval_watcher(scope, mounts, run_dir, workload.queue is not None))
+        trainer["volumes"] = [*volumes, token_volume()]
     values = {
         "job_labels": workload.strategy.trainer_labels({**scope.labels, COMPONENT_LABEL: TRAINER}, workload.queue),
         "nodes": cluster.nodes,
@@ -148,7 +154,18 @@ def trainer_job(scope: Scope, output: FrameworkOutput, workload: Workload) -> di
         "spread_affinity": spread_affinity(scope.labels),
         "wait_containers": waits,
     }
-    return scope.render("job", values, "Job", context.names[TRAINER])
+    job = scope.render("job", values, "Job", context.names[TRAINER])
+    if watched and not cluster.service_account:  # the pod runs as the watcher's account; only the sidecar mounts its token
+        job["spec"]["template"]["spec"]["serviceAccountName"] = f"{request.run_name}-{EVAL}"
+    return job
+
+
+def _eval_watcher(scope: Scope, mounts: list[dict[str, Any]], run_dir: str, queued: bool) -> dict[str, Any]:
+    """The trainer pod's evaluation watcher (render/evaluation.py), mounting the config and the volume read-only."""
+    config = next(m for m in mounts if m["mountPath"] == CONFIG_MOUNT)
+    checkpoints = next(m for m in mounts if m["mountPath"] == CHECKPOINT_MOUNT)
+    return watch_sidecar(scope.image, scope.pull_policy, run_dir, config, checkpoints,
+                         helper_resources(queued), HELPER_SECURITY)  # fmt: skip
 
 
 def servers(scope: Scope, output: FrameworkOutput, workload: Workload, keeper_account: str) -> list[Server]:

@@ -102,3 +102,45 @@ def test_cw_eval_names_scores_as_the_metric_is_checked():
     results = {"results": {"gsm8k": {"alias": "gsm8k", "exact_match,strict-match": 0.25, "exact_match_stderr,strict-match": 0.1},
                            "hellaswag": {"acc,none": 0.5, "acc_norm,none": 0.75, "acc_stderr,none": 0.01}}}  # fmt: skip
     assert scores_of(results) == {"gsm8k/exact_match,strict-match": 0.25, "hellaswag/acc": 0.5, "hellaswag/acc_norm": 0.75}
+
+
+def test_a_run_with_eval_gets_a_watcher_sidecar_its_rbac_and_the_job_it_creates_only_on_a_volume(tmp_path):
+    from unit_helpers import plan_for
+
+    block = {"tasks": ["hellaswag"], "metric": "hellaswag/acc_norm"}
+    plan = plan_for("trl", "sft", write_config(tmp_path, {**BASE, "gpu": 1, "output_dir": "out", "eval": block}), run_name="ev")
+    kinds = [(m["kind"], m["metadata"]["name"]) for m in plan.manifests]
+    assert {("ServiceAccount", "ev-eval"), ("Role", "ev-eval"), ("RoleBinding", "ev-eval")} <= set(kinds)
+    role = next(m for m in plan.manifests if m["kind"] == "Role")
+    assert role["rules"] == [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get"]}]
+    pod = next(m for m in plan.manifests if m["kind"] == "Job")["spec"]["template"]["spec"]
+    sidecar = next(c for c in pod["initContainers"] if c["name"] == "eval-watch")
+    assert sidecar["restartPolicy"] == "Always" and pod["serviceAccountName"] == "ev-eval"
+    assert {"name": "CW_EVAL_RUN_DIR", "value": "/checkpoints/ev/out"} in sidecar["env"]
+    data = next(m for m in plan.manifests if m["kind"] == "ConfigMap")["data"]
+    job = json.loads(data["cw-eval-job.json"])
+    spec = job["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "cw-eval" and spec["volumes"][0] == {"name": "config", "configMap": {"name": "ev-config"}}
+    assert "/checkpoints/ev/out/checkpoint-987654321" in spec["containers"][0]["command"]
+    from cw_cli.runtime.cw_eval_watch import job_for
+
+    made = job_for(job, 40)
+    assert made["metadata"]["name"] == "ev-eval-40" and "/checkpoints/ev/out/checkpoint-40" in made["spec"]["template"]["spec"]["containers"][0]["command"]
+    # Outputs on no volume: no pod could read the checkpoints, so no watcher (cw eval still works on demand).
+    scratch = plan_for("trl", "sft", write_config(tmp_path, {**BASE, "checkpoint_volume": "none", "eval": block}, name="s.yaml"))
+    assert not any(m["kind"] == "Role" for m in scratch.manifests)
+    assert "cw-eval.json" in next(m for m in scratch.manifests if m["kind"] == "ConfigMap")["data"]
+
+
+def test_the_watcher_evaluates_complete_checkpoints_without_scores_only(tmp_path):
+    from cw_cli.runtime.cw_eval_watch import complete_steps
+
+    for step, marker, scored in ((2, True, True), (4, True, False), (6, False, False)):
+        folder = tmp_path / f"checkpoint-{step}"
+        (folder / "cw-eval").mkdir(parents=True)
+        (folder / "trainer_state.json").write_text("{}")
+        if marker:
+            (folder / ".cw-complete").write_text("")
+        if scored:
+            (folder / "cw-eval" / "scores.json").write_text("{}")
+    assert complete_steps(str(tmp_path)) == [4]

@@ -1,0 +1,151 @@
+"""cw's evaluation watcher: one evaluation Job per complete checkpoint, while training goes on.
+
+Copied verbatim into the run's ConfigMap (key ``cw_eval_watch.py``) and run as a sidecar of the
+trainer pod (a native sidecar: it ends with the trainer), so it must stay one file with no cw
+imports (standard library only). Every ``CW_EVAL_POLL_S`` seconds it looks in the run's folder
+(``CW_EVAL_RUN_DIR``) for ``checkpoint-N`` folders that are complete (``trainer_state.json``,
+and the ``.cw-complete`` marker where the run's checkpoints carry markers: cw_fault.py writes it
+once every rank finished) and have no scores yet, and creates, through the API server with the
+run's ``<run>-eval`` ServiceAccount (a Role allows creating and reading Jobs, nothing else), the
+evaluation Job cw rendered at launch (``CW_EVAL_JOB_FILE``) for that step. The Job's pod runs
+at the evaluation's lower priority, so training never waits for it. Creating is idempotent: a Job
+that exists already (409) counts as created, so the pods of a multi-node trainer may all watch.
+
+On SIGTERM (the trainer has ended) it looks one last time, then exits 0. The API server, token and
+CA come from the standard in-cluster places; ``CW_EVAL_API``, ``CW_EVAL_TOKEN_FILE``,
+``CW_EVAL_CA_FILE`` and ``CW_EVAL_NAMESPACE`` override them (tests run it as a local process
+against a real API server). ``--once`` looks one time and exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+_PREFIX = "[cw-eval-watch]"
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+COMPLETE_MARKER = ".cw-complete"  # cw_fault.COMPLETE_MARKER
+#: The step the Job template was rendered for; replaced by each checkpoint's (render/evaluation.py: TEMPLATE_STEP).
+TEMPLATE_STEP = "987654321"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d{1,11})$")
+
+
+def log(message: str) -> None:
+    print(f"{_PREFIX} {message}", file=sys.stderr, flush=True)
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+class Api:
+    """The one API call the watcher makes (create a Job), with the pod's ServiceAccount token."""
+
+    def __init__(self, environ: dict) -> None:
+        host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT", "443")
+        self.server = environ.get("CW_EVAL_API") or f"https://{host}:{port}"
+        self.token_file = environ.get("CW_EVAL_TOKEN_FILE") or f"{SA_DIR}/token"
+        self.context = ssl.create_default_context(cafile=environ.get("CW_EVAL_CA_FILE") or f"{SA_DIR}/ca.crt")
+        self.namespace = environ.get("CW_EVAL_NAMESPACE") or _read(f"{SA_DIR}/namespace").strip()
+
+    def create_job(self, job: dict) -> bool:
+        """Create ``job``; False where it exists already."""
+        request = urllib.request.Request(f"{self.server}/apis/batch/v1/namespaces/{self.namespace}/jobs",
+                                         data=json.dumps(job).encode(), method="POST")  # fmt: skip
+        request.add_header("Authorization", f"Bearer {_read(self.token_file).strip()}")  # re-read: it rotates
+        request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, context=self.context, timeout=20):
+                return True
+        except urllib.error.HTTPError as exc:
+            if exc.code == 409:
+                return False
+            raise
+
+
+def complete_steps(run_dir: str) -> list[int]:
+    """Steps of the complete checkpoints without scores in ``run_dir``, oldest first."""
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return []
+    found = {int(m.group(1)): name for name in names if (m := _CHECKPOINT.match(name))}
+    marked = any(os.path.isfile(os.path.join(run_dir, name, COMPLETE_MARKER)) for name in found.values())
+    steps = []
+    for step, name in sorted(found.items()):
+        folder = os.path.join(run_dir, name)
+        if not os.path.isfile(os.path.join(folder, "trainer_state.json")):
+            continue
+        if marked and not os.path.isfile(os.path.join(folder, COMPLETE_MARKER)):
+            continue
+        if os.path.isfile(os.path.join(folder, "cw-eval", "scores.json")):
+            continue
+        steps.append(step)
+    return steps
+
+
+def job_for(template: dict, step: int) -> dict:
+    """The evaluation Job of ``step``: the rendered template with its step in the name, labels and command."""
+    text = str(step)
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(TEMPLATE_STEP, text)
+        if isinstance(value, list):
+            return [swap(v) for v in value]
+        if isinstance(value, dict):
+            return {k: swap(v) for k, v in value.items()}
+        return value
+
+    job = json.loads(json.dumps(template))
+    job["metadata"]["name"] = swap(job["metadata"]["name"])
+    for container in job["spec"]["template"]["spec"]["containers"]:
+        container["command"] = swap(container["command"])
+    return job
+
+
+def look(api: Api, template: dict, run_dir: str, created: set[int]) -> None:
+    """Create the evaluation Job of each new complete checkpoint."""
+    for step in complete_steps(run_dir):
+        if step in created:
+            continue
+        job = job_for(template, step)
+        made = api.create_job(job)
+        created.add(step)
+        log(f"checkpoint-{step}: {'created' if made else 'found'} evaluation Job {job['metadata']['name']}")
+
+
+def main(argv: list[str] | None = None, environ: dict | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    env = dict(os.environ if environ is None else environ)
+    run_dir = env["CW_EVAL_RUN_DIR"]
+    template = json.loads(_read(env["CW_EVAL_JOB_FILE"]))
+    api = Api(env)
+    poll_s = float(env.get("CW_EVAL_POLL_S", "30"))
+    created: set[int] = set()
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+    log(f"watching {run_dir} for complete checkpoints")
+    while True:
+        try:
+            look(api, template, run_dir, created)
+        except (OSError, ValueError, urllib.error.URLError) as exc:  # API hiccup: try again next round
+            log(f"cannot create yet: {exc}")
+        if "--once" in args or stopping:
+            return 0
+        deadline = time.monotonic() + poll_s
+        while time.monotonic() < deadline and not stopping:
+            time.sleep(min(1.0, poll_s))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
