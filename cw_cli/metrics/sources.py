@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cw_cli.errors import ConfigError, NotFound
-from cw_cli.metrics.parse import MAX_RECORD_CHARS, RecordParser, RunMetrics, records_from_log_history
+from cw_cli.metrics.parse import EVAL, MAX_RECORD_CHARS, Record, RecordParser, RunMetrics, records_from_log_history
 from cw_cli.plain_files import pseudo_file
 
 if TYPE_CHECKING:
@@ -127,6 +127,25 @@ def read_trainer_state(path: Path, name: str) -> RunMetrics:
     return RunMetrics(name, str(path), "logged", records_from_log_history(history))
 
 
+def eval_records(run_dir: Path) -> list[Record]:
+    """The evaluation's scores of each checkpoint in ``run_dir`` (``checkpoint-N/cw-eval/scores.json``,
+    docs/evaluation.md) as evaluation records at its step, each score named ``eval_<task>/<metric>``."""
+    records = []
+    for scores_file in run_dir.glob("checkpoint-*/cw-eval/scores.json"):
+        match = _CHECKPOINT.fullmatch(scores_file.parent.parent.name)
+        try:
+            check_regular_file(scores_file, MAX_STATE_BYTES)
+            document = json.loads(scores_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError, ConfigError):  # one unreadable scores file never hides the training curve
+            continue
+        scores = document.get("scores") if isinstance(document, dict) else None
+        values = {f"eval_{k}": float(v) for k, v in (scores or {}).items()
+                  if isinstance(v, (int, float)) and not isinstance(v, bool)} if isinstance(scores, dict) else {}  # fmt: skip
+        if match and values:
+            records.append(Record(int(match.group(1)), EVAL, values))
+    return sorted(records, key=lambda record: record.step)
+
+
 def log_file_lines(path: Path) -> Iterator[str]:
     """The lines of a log file split on ``\\n`` only (``\\r`` stays for the parser), read lazily.
 
@@ -185,7 +204,9 @@ def load_path(path: Path, name: str | None = None) -> RunMetrics:
             raise ConfigError([f"{path}: cannot read it ({exc})"], hint=_SOURCE_HINT) from None
         if state is None:
             raise NotFound(f"{path}: no checkpoint-*/{STATE_FILE} in it or below it, nor a {STATE_FILE}")
-        return read_trainer_state(state, label)
+        metrics = read_trainer_state(state, label)
+        metrics.records += eval_records(state.parent.parent)  # the evaluation's curve, where it scored checkpoints
+        return metrics
     if path.name == STATE_FILE or path.suffix == ".json":
         return read_trainer_state(path, label)
     return read_lines(log_file_lines(path), label, str(path))

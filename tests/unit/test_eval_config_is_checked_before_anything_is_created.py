@@ -144,3 +144,18 @@ def test_the_watcher_evaluates_complete_checkpoints_without_scores_only(tmp_path
         if scored:
             (folder / "cw-eval" / "scores.json").write_text("{}")
     assert complete_steps(str(tmp_path)) == [4]
+
+
+def test_cw_metrics_of_a_run_folder_has_the_evaluation_curve_over_steps(tmp_path):
+    from cw_cli.metrics.sources import load_path
+
+    for step, value in ((10, 0.25), (20, 0.5)):
+        folder = tmp_path / f"checkpoint-{step}"
+        (folder / "cw-eval").mkdir(parents=True)
+        (folder / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": s, "loss": 3.0 - s / 10} for s in range(1, step + 1)]}))
+        (folder / "cw-eval" / "scores.json").write_text(json.dumps({"checkpoint": folder.name, "step": step,
+                                                                    "scores": {"hellaswag/acc_norm": value}}))  # fmt: skip
+    (tmp_path / "checkpoint-20" / "cw-eval" / "scores.json").touch()  # being rewritten: never hides the rest
+    (tmp_path / "checkpoint-20" / "cw-eval" / "scores.json").write_text("{")
+    series = load_path(tmp_path).series()
+    assert series["eval_hellaswag/acc_norm"] == [(10, 0.25)] and len(series["loss"]) == 20
