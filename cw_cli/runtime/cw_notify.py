@@ -60,6 +60,7 @@ CUDA_OOM = r"CUDA out of memory|torch\.(cuda\.)?OutOfMemoryError|CUBLAS_STATUS_A
 CUDA_OOM_SIZE = r"Tried to allocate ([\d.]+ [KMGT]?i?B)"
 NCCL_TIMEOUT = r"Watchdog caught collective operation timeout|NCCL operations have failed or timed out|NCCL operation timed out"
 _EXCEPTION = r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)\b(?::.*)?$"
+_LAUNCHER_ERRORS = r"^(subprocess\.CalledProcessError|(torch\.distributed\.elastic\.multiprocessing\.errors\.)?ChildFailedError)\b"
 _SIGNALS = {137: "SIGKILL", 143: "SIGTERM", 139: "SIGSEGV", 134: "SIGABRT", 130: "SIGINT"}
 
 
@@ -90,7 +91,9 @@ def failure_reason(code: int, tail: str) -> str:
     if code == 137:
         return (f"{said}: killed, most often for passing the pod's memory limit (OOMKilled; CPU memory, not GPU "
                 "memory): raise `memory:`")  # fmt: skip
-    error = _last(lines, _EXCEPTION)
+    # A launcher (accelerate, torchrun) ends with its own error about the rank that failed: the rank's is the cause.
+    own = [i for i, line in enumerate(lines) if re.search(_EXCEPTION, line) and not re.search(_LAUNCHER_ERRORS, line)]
+    error = own[-1] if own else _last(lines, _EXCEPTION)
     if error is not None:
         return f"{said}: {_cut(lines[error])}"
     return said + (f": {_cut(lines[-1])}" if lines else "")

@@ -118,6 +118,11 @@ def test_an_oom_kill_and_an_exception_are_named():
     assert "exit code 137 (SIGKILL)" in cw_notify.failure_reason(137, "")
     said = cw_notify.failure_reason(1, "Traceback...\n  File x\nValueError: dataset has no column 'prompt'\nwandb: done\n")
     assert said == "exit code 1: ValueError: dataset has no column 'prompt'"
+    launched = ("Traceback...\nFileNotFoundError: Couldn't find any data file at /data/x.\nTraceback...\n"
+                "subprocess.CalledProcessError: Command '['python3', 'sft.py']' returned non-zero exit status 1.\n")
+    assert cw_notify.failure_reason(1, launched) == "exit code 1: FileNotFoundError: Couldn't find any data file at /data/x."
+    torchrun = "RuntimeError: boom\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+    assert cw_notify.failure_reason(1, torchrun) == "exit code 1: RuntimeError: boom"
 
 
 def test_the_pod_matches_the_same_log_texts_as_cw_status():
