@@ -223,11 +223,22 @@ def trainer_output_dir(prepared: dict[str, Any], output_keys: tuple[tuple[str, .
     return working_dir
 
 
-def watches(config: RunConfig, services_only: bool) -> bool:
+def watches(config: RunConfig, services_only: bool, owner_kind: str = "Job") -> bool:
     """Whether the run evaluates each checkpoint while it trains (``eval.every_checkpoint`` on a
-    run whose outputs are on a volume the evaluation pods can mount)."""
+    run whose outputs are on a volume the evaluation pods can mount, whose trainer is a Job: a
+    JobSet run has no objects of its own besides the JobSet for the watcher's identity yet)."""
     spec = config.cluster.eval
-    return spec is not None and spec.every_checkpoint and config.cluster.keeps_outputs and not services_only
+    wanted = spec is not None and spec.every_checkpoint and config.cluster.keeps_outputs and not services_only
+    return wanted and owner_kind == "Job"
+
+
+def watch_notice(config: RunConfig, services_only: bool, owner_kind: str) -> list[str]:
+    """What the user should know where ``eval.every_checkpoint`` cannot be kept."""
+    spec = config.cluster.eval
+    if spec is None or not spec.every_checkpoint or services_only or watches(config, services_only, owner_kind):
+        return []
+    why = "its outputs are on no volume" if not config.cluster.keeps_outputs else "it runs as a JobSet"
+    return [f"eval: checkpoints are not evaluated while training goes on, since {why}; evaluate them with cw eval RUN"]
 
 
 def watch_files(config: RunConfig, run_name: str, run_dir: str, labels: dict[str, str], image: str, pull_policy: str,

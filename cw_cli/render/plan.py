@@ -34,7 +34,7 @@ from cw_cli.labels import (
     WANDB_URL_ANNOTATION,
     object_names,
 )
-from cw_cli.render.evaluation import watch_rbac, watches
+from cw_cli.render.evaluation import watch_notice, watch_rbac, watches
 from cw_cli.render.framework_output import FrameworkOutput, check_modes, configmap_files, framework_output, volume_choice
 from cw_cli.render.naming import validate_namespace
 from cw_cli.render.pod_parts import CONTAINER_SECURITY, POD_SECURITY
@@ -179,13 +179,14 @@ def build_plan(request: RunRequest) -> Plan:
         has_services=bool(output.services), facts=request.facts,
     )  # fmt: skip
     files = configmap_files(request, output, workload)
-    if watches(request.config, request.services_only):  # each checkpoint evaluated while training goes on
+    if watches(request.config, request.services_only, workload.owner_kind):  # each checkpoint evaluated while training goes on
         files += _eval_watch_files(request, context, workload, output)
     check_modes(request, output.services)
     data, binary_data, config_items = configmap_payload(files)
     scope = _scope(request, context, config_items)
     layout = workload.strategy.layout(_parts(scope, output, workload, data, binary_data))
     notices = [*request.config.notices, *volume_choice(request, request.framework.framework), *output.notices]
+    notices += watch_notice(request.config, request.services_only, workload.owner_kind)
     plan = Plan(request.run_name, workload, layout.manifests, layout.owner_name, layout.servers, [*notices, *workload.notes])
     if plan.owner_name is not None:
         _link_tracking(plan, request, context)
@@ -213,16 +214,16 @@ def _parts(scope: Scope, output: FrameworkOutput, workload: Workload, data: dict
         trainer=trainer,
         configmap=scope.render("configmap", {"files": data, "binary_files": binary_data}, "ConfigMap", names["config"]),
         node_service=scope.render("headless_service", {}, "Service", names["nodes"]) if multi_node else None,
-        keeper_rbac=[*(keeper_rbac(scope, server_names, keeper_account) if kept else []), *_eval_rbac(scope)],
+        keeper_rbac=[*(keeper_rbac(scope, server_names, keeper_account) if kept else []), *_eval_rbac(scope, workload)],
         network_policy=scope.render("networkpolicy", {}, "NetworkPolicy", names["network"]),
         servers=servers(scope, output, workload, keeper_account),
     )
 
 
-def _eval_rbac(scope: Scope) -> list[dict[str, Any]]:
+def _eval_rbac(scope: Scope, workload: Workload) -> list[dict[str, Any]]:
     """The evaluation watcher's ServiceAccount, Role and RoleBinding, where the run has one."""
     request = scope.request
-    if not watches(request.config, request.services_only):
+    if not watches(request.config, request.services_only, workload.owner_kind):
         return []
     return watch_rbac(request.run_name, scope.labels, request.namespace, request.config.cluster.service_account)
 

@@ -159,3 +159,13 @@ def test_cw_metrics_of_a_run_folder_has_the_evaluation_curve_over_steps(tmp_path
     (tmp_path / "checkpoint-20" / "cw-eval" / "scores.json").write_text("{")
     series = load_path(tmp_path).series()
     assert series["eval_hellaswag/acc_norm"] == [(10, 0.25)] and len(series["loss"]) == 20
+
+
+def test_a_jobset_run_says_its_checkpoints_are_not_evaluated_while_it_trains(tmp_path):
+    from unit_helpers import plan_for
+
+    block = {"tasks": ["hellaswag"], "metric": "hellaswag/acc_norm"}
+    plan = plan_for("trl", "sft", write_config(tmp_path, {**BASE, "gpu": 8, "nodes": 2, "jobset": True, "eval": block}),
+                    run_name="js", jobset_available=True)  # fmt: skip
+    assert plan.owner_kind == "JobSet" and "eval-watch" not in json.dumps(plan.manifests)
+    assert any("not evaluated while training goes on, since it runs as a JobSet" in note for note in plan.notices)
