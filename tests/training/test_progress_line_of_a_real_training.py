@@ -2,7 +2,8 @@
 proven on CPU with cw's rendered TRL SFT trainer (the exact ConfigMap and command, through
 cw_entrypoint.py, cw_fault.py and cw_progress.py) and a tiny random Llama, offline: rank 0 prints
 one line at the start, on each log and after each complete save, with samples per second from
-the global batch, tokens per second from TRL's ``num_tokens``, and the last complete checkpoint.
+the global batch, tokens per second from TRL's ``num_tokens``, and the last complete checkpoint;
+a relaunch that resumes names its checkpoint in its first line.
 
 ``CW_UPDATE_PROGRESS_FIXTURE=1`` writes the log to tests/fixtures/progress/ for the unit tests.
 """
@@ -56,3 +57,12 @@ def test_the_callback_prints_step_rates_and_the_last_complete_checkpoint(render_
     assert cw_progress_line(tail) is not None
     if os.environ.get("CW_UPDATE_PROGRESS_FIXTURE"):
         FIXTURE.write_text(log.replace(str(tmp_path), "/tmp/t") + "\n", encoding="utf-8")
+
+    # A relaunch resumes from checkpoint-6: its first line names it before any new step.
+    (tmp_path / "tmp2").mkdir()
+    again = LocalRunner(manifests, tmp_path / "volume", workdir=tmp_path / "run2", config_overrides={**CPU, "max_steps": 8},
+                        extra_env={**OFFLINE_ENV, "TMPDIR": str(tmp_path / "tmp2")}, cpu_only=True)  # fmt: skip
+    resumed: list[str] = []
+    assert again.run(resumed.append) == 0, "\n".join(resumed[-50:])
+    first = json.loads(next(line for line in resumed if LINE_PREFIX in line).split(LINE_PREFIX, 1)[1])
+    assert (first["step"], first["total"], first["checkpoint"]) == (6, 8, str(output_dir / "checkpoint-6")), first
