@@ -70,7 +70,9 @@ def _states(api: client.ApiClient, namespace: str, pipeline: str) -> dict[str, s
     return json.loads((annotations or {}).get("cw-cli.dev/pipeline-stages", "{}"))
 
 
-def test_a_pipelines_dpo_stage_is_created_only_after_its_sft_stage_succeeded(kube_api, namespace, cw_env, tmp_path, wait_for):
+def test_a_pipelines_dpo_stage_is_created_only_after_its_sft_stage_succeeded(kube_api, namespace, as_documented_roles, tmp_path):
+    # As a user bound to the shipped Roles only (docs/rbac-*.yaml): they let it create the keeper's Role.
+    cw_env = as_documented_roles("read-only", "launch")
     create_bound_volumes(kube_api, namespace, "ckpts")
     launched = run_cw(cw_env, "pipeline", str(_pipeline(tmp_path, "rlhf", {**KEPT, **SLOW})), "-n", namespace, timeout=180)
     assert launched.returncode == 0, launched.stderr
@@ -109,7 +111,8 @@ def test_a_pipelines_dpo_stage_is_created_only_after_its_sft_stage_succeeded(kub
     assert sorted(line.split()[1] for line in listed.stdout.splitlines()[1:]) == ["rlhf/dpo", "rlhf/eval", "rlhf/sft"], listed.stdout
 
 
-def test_a_failed_stage_stops_the_rest_and_the_keeper_may_do_nothing_else(kube_api, namespace, cw_env, tmp_path):
+def test_a_failed_stage_stops_the_rest_and_the_keeper_may_do_nothing_else(kube_api, namespace, as_documented_roles, tmp_path):
+    cw_env = as_documented_roles("read-only", "launch")
     create_bound_volumes(kube_api, namespace, "ckpts")
     launched = run_cw(cw_env, "pipeline", str(_pipeline(tmp_path, "bad", {**KEPT, **FAILING})), "-n", namespace, timeout=180)
     assert launched.returncode == 0, launched.stderr
