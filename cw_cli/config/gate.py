@@ -12,13 +12,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class GateSpec(BaseModel):
-    """``gate: {metric: gsm8k/exact_match, max_drop: 0.02}``."""
+    """``gate: {metric: gsm8k/exact_match, max_drop: 0.02}`` (the metric defaults to ``eval.metric``)."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
-    metric: str = Field(
+    metric: str | None = Field(
+        default=None,
         pattern=r"^[^/\s]{1,100}/[^\s]{1,100}$",
-        description="The deciding task/metric of the evaluation's scores, e.g. gsm8k/exact_match.",
+        description="The task/metric of the evaluation's scores the gate compares, e.g. gsm8k/exact_match; default: "
+        "the `eval:` block's metric.",
     )
     max_drop: float = Field(
         default=0.0,
@@ -28,4 +30,6 @@ class GateSpec(BaseModel):
         description="How much lower (or higher, where lower is better) than the base model's score a checkpoint's "
         "may be and still be exported; absolute, in the metric's units.",
     )
-    higher_is_better: bool = Field(default=True, description="Whether a higher value of the metric is better.")
+    higher_is_better: bool | None = Field(
+        default=None, description="Whether a higher value of the metric is better; default: the `eval:` block's, else true."
+    )

@@ -39,7 +39,7 @@ from cw_cli.render.framework_output import FrameworkOutput, check_modes, configm
 from cw_cli.render.naming import validate_namespace
 from cw_cli.render.pod_parts import CONTAINER_SECURITY, POD_SECURITY
 from cw_cli.render.run_pods import Scope, keeper_rbac, servers, trainer_job
-from cw_cli.render.scores import record_gate
+from cw_cli.render.scores import gate_settings, record_gate
 from cw_cli.render.shipped_files import configmap_payload
 from cw_cli.render.storage import storage_env
 from cw_cli.render.tracking import tensorboard_dir, wandb_url
@@ -191,7 +191,8 @@ def build_plan(request: RunRequest) -> Plan:
     if plan.owner_name is not None:
         _link_tracking(plan, request, context)
         if cluster.gate is not None:  # `cw export` of the run applies it without the config file
-            record_gate(plan.manifests[0], cluster.gate.metric, cluster.gate.max_drop, cluster.gate.higher_is_better)
+            gate = gate_settings(request.config.path, cluster.gate, cluster.eval)
+            record_gate(plan.manifests[0], gate.metric, gate.max_drop, gate.higher_is_better)
     _record_kinds(plan)
     return plan
 

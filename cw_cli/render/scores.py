@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from msgspec import Struct
@@ -39,6 +40,23 @@ class Gate(Struct, frozen=True):
     metric: str
     max_drop: float
     higher_is_better: bool = True
+
+
+def gate_settings(path: Path, gate: Any, evaluation: Any) -> Gate:
+    """The gate a config declares (``gate:``), its metric and direction taken from the ``eval:``
+    block where the gate names none.
+
+    Raises:
+        ConfigError: No metric in either (naming the file and ``gate.metric``).
+    """
+    metric = gate.metric or (evaluation.metric if evaluation is not None else None)
+    if not metric:
+        raise ConfigError([f"{path}: gate.metric: the gate needs the task/metric it compares, and the config has no `eval:` "
+                           "block to take it from"], hint="gate: {metric: gsm8k/exact_match, max_drop: 0.02}")  # fmt: skip
+    higher = gate.higher_is_better
+    if higher is None:
+        higher = evaluation.higher_is_better if evaluation is not None and metric == evaluation.metric else True
+    return Gate(str(metric), float(gate.max_drop), bool(higher))
 
 
 def record_gate(owner: dict[str, Any], metric: str, max_drop: float, higher_is_better: bool) -> None:

@@ -128,6 +128,17 @@ def test_the_config_gate_is_recorded_on_the_runs_owner(tmp_path: Path):
     assert GATE_ANNOTATION not in (plain["metadata"].get("annotations") or {}) and gate_of(plain) is None
 
 
+def test_the_gate_takes_the_eval_blocks_metric_and_direction_where_it_names_none(tmp_path: Path):
+    evaluated = {**SFT, "eval": {"tasks": ["hellaswag"], "metric": "hellaswag/acc_norm", "higher_is_better": False},
+                 "gate": {"max_drop": 0.05}}  # fmt: skip
+    owner = api.plan(evaluated, "trl", "sft", name="g", base_dir=tmp_path).manifests[0]
+    assert gate_of(owner) == Gate("hellaswag/acc_norm", 0.05, False)
+    with pytest.raises(ConfigError) as raised:
+        api.plan({**SFT, "gate": {"max_drop": 0.05}}, "trl", "sft", name="g", base_dir=tmp_path)
+    assert raised.value.message.endswith("gate.metric: the gate needs the task/metric it compares, and the config has no "
+                                         "`eval:` block to take it from")  # fmt: skip
+
+
 @pytest.mark.parametrize("gate,field", [({"metric": "gsm8k"}, "gate.metric"), ({"metric": METRIC, "max_drop": -1}, "gate.max_drop"),
                                         ({"metric": METRIC, "margin": 1}, "gate.margin")])  # fmt: skip
 def test_a_bad_gate_is_a_config_error_naming_the_field(tmp_path: Path, gate, field):
