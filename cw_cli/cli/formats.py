@@ -19,7 +19,7 @@ OUTPUTS = ("table", "json", "yaml")
 #: Fields of every run, in `cw list -o json` (items[]) and `cw status -o json`.
 RUN_FIELDS = (
     "name", "namespace", "framework", "type", "state", "gpus", "created", "age_seconds", "restarts", "failure", "objects",
-    "sweep", "links", "progress",
+    "sweep", "links", "progress", "pipeline",
 )  # fmt: skip
 #: Fields `cw status -o json` adds.
 STATUS_FIELDS = ("pods", "services", "queue", "problems", "explanations")
@@ -81,6 +81,7 @@ def run_dict(view: RunView, now: datetime | None = None) -> dict[str, Any]:
         "sweep": view.sweep,
         "links": dict(view.links),
         "progress": progress_dict(view.progress, now) if view.progress else None,
+        "pipeline": {"name": view.pipeline, "stage": view.stage} if view.pipeline else None,
     }
 
 

@@ -19,7 +19,7 @@ from cw_cli.k8s.status import run_status
 #: The documented fields (docs/output.md). Changing these breaks users' scripts: add, never rename.
 RUN_FIELDS = [
     "name", "namespace", "framework", "type", "state", "gpus", "created", "age_seconds", "restarts", "failure", "objects",
-    "sweep", "links", "progress",
+    "sweep", "links", "progress", "pipeline",
 ]  # fmt: skip
 STATUS_FIELDS = ["pods", "services", "queue", "problems", "explanations"]
 POD_FIELDS = ["name", "role", "rank", "phase", "ready", "node", "reason"]

@@ -126,3 +126,14 @@ def test_the_keeper_skips_the_rest_after_a_failure_or_a_deletion():
     assert decide(DOC, {}, {"sft": None}) == {"sft": "Deleted", "dpo": "Skipped", "eval": "Skipped"}
     states = {"sft": "Succeeded", "dpo": "Created", "eval": "Waiting"}
     assert decide(DOC, states, {"sft": _job("Complete"), "dpo": _job("Failed")})["eval"] == "Skipped"
+
+
+def test_a_stages_run_says_its_pipeline_in_cw_lists_json():
+    from cw_cli.cli.formats import run_dict
+    from cw_cli.k8s.run_view import collect_runs
+
+    labels = {"cw-cli.dev/run": "rlhf-dpo", PIPELINE_LABEL: "rlhf", STAGE_LABEL: "dpo"}
+    job = {"kind": "Job", "metadata": {"name": "rlhf-dpo-trainer", "namespace": "ns", "labels": labels},
+           "spec": {"template": {"spec": {"containers": [{"name": "trainer"}]}}}, "status": {}}  # fmt: skip
+    views, _ = collect_runs([("Job", job)], "ns")
+    assert run_dict(views[("ns", "rlhf-dpo")])["pipeline"] == {"name": "rlhf", "stage": "dpo"}
