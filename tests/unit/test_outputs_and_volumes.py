@@ -149,7 +149,7 @@ def test_a_referenced_folder_ships_with_its_layout_and_binary_files_as_binary_da
     config_map = obj(plan, "ConfigMap", f"{RUN}-config")
     volume = next(v for v in pod_spec(plan.manifests[0])["volumes"] if v["name"] == "config")
     paths = {item["path"]: item["key"] for item in volume["configMap"]["items"]}
-    assert {"config.yaml", "cw_entrypoint.py", "cw_fault.py", "files/data/train/part.jsonl", "files/data/blob.parquet"} == set(paths)
+    assert {"config.yaml", "cw_entrypoint.py", "cw_fault.py", "cw_progress.py", "files/data/train/part.jsonl", "files/data/blob.parquet"} == set(paths)
     assert config_map["data"][paths["files/data/train/part.jsonl"]] == '{"text": "a"}\n'
     assert base64.b64decode(config_map["binaryData"][paths["files/data/blob.parquet"]]) == b"PAR1\x00\xff\xfe"
     assert any("`dataset_name`: ships data" in n for n in plan.notices)
