@@ -263,9 +263,14 @@ def run_chain(kinds: list[str], ranks: int, work: Path, model: Path, data: Path,
     """Faults one after another in one run folder; returns the rows and the false stall alarms."""
     name = f"faults-{ranks}r"
     sets = [f"model_name_or_path={model}", f"dataset_name={data}", f"stall_timeout={STALL_TIMEOUT}"]
-    if notify:
-        sets += notify["sets"]
-    manifests = render(name, sets, gpu=0 if ranks == 1 else ranks)
+    try:
+        manifests = render(name, sets + (notify["sets"] if notify else []), gpu=0 if ranks == 1 else ranks)
+    except Exception as exc:  # noqa: BLE001 - a cw without the `notify` field: the column says so
+        if not notify:
+            raise
+        say(f"no notifications: {str(exc).splitlines()[0]}")
+        notify = None
+        manifests = render(name, sets, gpu=0 if ranks == 1 else ranks)
     volume = work / f"volume-{ranks}r"
     run_dir = volume / name
     rows: list[Row] = []
@@ -297,9 +302,11 @@ def run_chain(kinds: list[str], ranks: int, work: Path, model: Path, data: Path,
             prev.detail["resumed_from"] = resumed
             assert fault_at is not None
             prev.to_next_s = round(first_step_at - fault_at, 1)
+            if notify:
+                prev.notified = notify["check"](fault_at)
             say(
                 f"  {prev.fault}: resumed from step {resumed}, {prev.steps_lost} step(s) lost, first step "
-                f"{prev.to_next_s}s after the fault (launch to first step {first_step_at - started:.1f}s)"
+                f"{prev.to_next_s}s after the fault (launch to first step {first_step_at - started:.1f}s); notified: {prev.notified}"
             )
         if kind is None:
             launch.kill_everything()
@@ -342,8 +349,6 @@ def run_chain(kinds: list[str], ranks: int, work: Path, model: Path, data: Path,
             stall = json.loads((run_dir / ".cw" / "stall.json").read_text())
             row.detail["stall"] = {k: stall[k] for k in ("timeout_s", "last_step", "ranks", "exit_code")}
         say(f"fault {kind} at step {step} ({ranks} rank(s)): exit {row.exit_code}, newest complete checkpoint {row.detail['checkpoint']}")
-        if notify:
-            row.notified = notify["check"](fault_at)
         rows.append(row)
     shutil.rmtree(volume, ignore_errors=True)
     return rows, false_alarms
@@ -389,10 +394,48 @@ def cpu_part(
 
 
 def notify_receiver(work: Path) -> dict[str, Any] | None:
-    """A local http.server for the trainer's notifications, when cw has them (cw_notify.py)."""
+    """A webhook on 127.0.0.1 (http.server) for the trainer's notifications (``notify:`` with
+    Apprise's ``json://``), when this cw has them (cw_notify.py); None otherwise."""
     if not NOTIFY_MODULE.is_file():
         return None
-    return None  # wired once cw_notify.py's interface is known
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    got: list[tuple[float, dict]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            try:
+                got.append((time.monotonic(), json.loads(body)))
+            except ValueError:
+                got.append((time.monotonic(), {"raw": body.decode("utf-8", "replace")}))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"json://127.0.0.1:{server.server_address[1]}/cw"
+
+    def check(since: float, until: float | None = None) -> str:
+        """The events received after the fault (before the next one), e.g. ``yes: restarted (+2.1s)``."""
+        seen = [(at, body) for at, body in got if at >= since and (until is None or at < until)]
+        if not seen:
+            return "no"
+        events = []
+        for at, body in seen:
+            title = str(body.get("title") or body.get("raw") or "")
+            event = next((e for e in ("succeeded", "failed", "stalled", "restarted") if e in title), title[:40])
+            events.append(f"{event} (+{at - since:.1f}s)")
+        return "yes: " + ", ".join(events)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+
+    return {"sets": [f"notify={json.dumps({'urls': [url]})}"], "check": check, "stop": stop, "got": got}
 
 
 # --------------------------------------------------------------------------- cluster part
