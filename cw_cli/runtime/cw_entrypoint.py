@@ -43,6 +43,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,43 @@ def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
     return None
 
 
+def _complete(child: Path, marked: bool) -> bool:
+    try:
+        json.loads((child / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return not marked or (child / COMPLETE_MARKER).is_file()
+
+
+def set_aside_incomplete(output_dir: str | os.PathLike) -> list[str]:
+    """Move checkpoints newer than the newest complete one to ``.cw/incomplete/``.
+
+    A framework that resumes by itself (Axolotl takes the highest ``checkpoint-<N>``) would
+    otherwise resume from a save cut short; :func:`latest_checkpoint`'s rule decides what is
+    complete. Returns the folder names moved (another node's entrypoint may move one first).
+    """
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    found = sorted((int(m.group(1)), child) for child in root.iterdir()
+                   if (m := _CHECKPOINT.match(child.name)) and child.is_dir())  # fmt: skip
+    marked = any((child / COMPLETE_MARKER).is_file() for _, child in found)
+    complete = [step for step, child in found if _complete(child, marked)]
+    newest = max(complete, default=-1)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    moved = []
+    for step, child in found:
+        if step > newest:
+            target = root / ".cw" / "incomplete" / f"{child.name}-{stamp}"
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                child.rename(target)
+            except OSError:
+                continue
+            moved.append(child.name)
+    return moved
+
+
 def resume_args(argv: list[str], environ: dict | None = None) -> tuple[list[str], str]:
     """Arguments to append to ``argv`` and a one-line reason (for the log)."""
     env = os.environ if environ is None else environ
@@ -222,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     if "--no-resume" in options:
         command, reason = build_command(argv, {"CW_AUTO_RESUME": "0"})
         reason = "resume is left to the framework"
+        if not dry_run:  # it would take the highest checkpoint-<N>, complete or not
+            moved = set_aside_incomplete(os.getcwd())
+            if moved:
+                reason += f" (incomplete {', '.join(moved)} moved to .cw/incomplete/)"
     else:
         command, reason = build_command(argv)
     print(f"{_PREFIX} {reason}", file=sys.stderr, flush=True)

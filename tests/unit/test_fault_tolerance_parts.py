@@ -265,3 +265,43 @@ def test_the_startup_timeout_reaches_the_trainer_and_is_checked(tmp_path):
     with pytest.raises(ConfigError) as error:
         plan_for("trl", "sft", write_config(tmp_path, {**SFT, "startup_timeout": 1}))
     assert "startup_timeout" in str(error.value) + " ".join(getattr(error.value, "issues", []) or [])
+
+
+def _axolotls_choice(output_dir: Path) -> str | None:
+    """The checkpoint Axolotl resumes from by itself: the highest ``checkpoint-<N>``, complete or
+    not (axolotl 0.19 ``utils/train.py`` ``determine_last_checkpoint``)."""
+    found = [p for p in output_dir.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
+    return max(found, key=lambda p: int(p.name.split("-")[-1])).name if found else None
+
+
+def test_a_save_cut_short_is_moved_out_of_a_self_resuming_frameworks_way(tmp_path):
+    _checkpoint(tmp_path, 2, marker=True)
+    _checkpoint(tmp_path, 4, marker=True)
+    _checkpoint(tmp_path, 6)  # SIGKILL after trainer_state.json, before every rank finished
+    _checkpoint(tmp_path, 8, state=False)  # SIGKILL early in the save
+    assert _axolotls_choice(tmp_path) == "checkpoint-8"
+    assert cw_entrypoint.set_aside_incomplete(tmp_path) == ["checkpoint-6", "checkpoint-8"]
+    assert _axolotls_choice(tmp_path) == "checkpoint-4"
+    assert sorted(p.name.rsplit("-", 1)[0] for p in (tmp_path / ".cw" / "incomplete").iterdir()) == ["checkpoint-6", "checkpoint-8"]
+    assert cw_entrypoint.set_aside_incomplete(tmp_path) == []  # nothing more to move
+
+
+def test_without_cws_markers_only_an_unreadable_save_is_moved(tmp_path):
+    _checkpoint(tmp_path, 2)
+    _checkpoint(tmp_path, 4)  # a run saved without cw_fault: trainer_state.json decides, as before
+    _checkpoint(tmp_path, 6, state=False)
+    assert cw_entrypoint.set_aside_incomplete(tmp_path) == ["checkpoint-6"]
+    assert _axolotls_choice(tmp_path) == "checkpoint-4"
+
+
+def test_the_entrypoint_clears_the_way_before_a_self_resuming_framework_starts(tmp_path):
+    _checkpoint(tmp_path, 2, marker=True)
+    _checkpoint(tmp_path, 4)
+    listing = "import os; print(sorted(n for n in os.listdir('.') if n.startswith('checkpoint-')))"
+    env = {**os.environ, "CW_FAULT_TOLERANCE": "0"}
+    env.pop(cw_entrypoint.IDENTITY_ENV, None)
+    done = subprocess.run([sys.executable, str(RUNTIME / "cw_entrypoint.py"), "--no-resume", "--", sys.executable, "-c", listing],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['checkpoint-2']"
+    assert "incomplete checkpoint-4 moved to .cw/incomplete/" in done.stderr

@@ -12,7 +12,8 @@ from cw_cli.frameworks.verifiers.pins import CONFIG_NAME, PRIME_CLI, VERIFIERS_I
 
 
 class VerifiersLaunch(Launch):
-    """verifiers resumes by itself; a user script takes vf-train's own arguments."""
+    """vf-train takes no checkpoint (a restart starts again from `model`: docs/fault-tolerance.md);
+    a user script takes vf-train's own arguments."""
 
     script_reads_its_own_keys = False  # a script takes vf-train's own `@ config.toml` arguments
 
