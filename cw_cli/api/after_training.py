@@ -303,9 +303,8 @@ class AfterTraining:
             raise ConfigError([f"--cpu/--memory: {exc}"]) from None
         if gpu is not None and not 0 <= gpu <= 8:
             raise ConfigError([f"--gpu {gpu}: expected 0 to 8"])
-        import re
-
-        if not re.fullmatch(r"final|latest|best|base|[0-9]{1,11}", str(checkpoint)):
+        named = str(checkpoint)
+        if named not in ("final", "latest", "best", "base") and not (named.isdecimal() and named.isascii() and len(named) <= 11):
             raise ConfigError([f"--checkpoint {str(checkpoint)[:40]!r}: expected final, latest, best, base or a step number"])
         kube = self.session.kube
         settings, base = run_settings(kube, self.name)

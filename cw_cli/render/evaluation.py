@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
+from cw_cli.errors import ConfigError
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT, CONFIG_MOUNT
 from cw_cli.frameworks.runtime_files import EVAL_FILE, PIP_FILE, runtime_file, with_requirements
 from cw_cli.labels import COMPONENT_LABEL, EVAL, GPU_RESOURCE
@@ -91,7 +93,6 @@ def settings_of(spec: EvalSpec, config_dir: Path, trainer_gpu: int | None) -> di
         ConfigError: A user task changed since the config was read (or the block was never checked).
     """
     from cw_cli.config.eval_tasks import check_eval
-    from cw_cli.errors import ConfigError
 
     problems, users = check_eval(spec, config_dir)
     if problems:
@@ -212,8 +213,6 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 def trainer_output_dir(prepared: dict[str, Any], output_keys: tuple[tuple[str, ...], ...], working_dir: str) -> str:
     """Where the trainer saves its checkpoints: the mounted config's output folder (a relative one
     starts at the trainer's working folder, the run's folder on the volume), else that folder."""
-    import posixpath
-
     for key_path in output_keys:
         value: Any = prepared
         for key in key_path:
@@ -223,19 +222,19 @@ def trainer_output_dir(prepared: dict[str, Any], output_keys: tuple[tuple[str, .
     return working_dir
 
 
-def watches(config: RunConfig, services_only: bool, owner_kind: str = "Job") -> bool:
+def watches(config: RunConfig, services_only: bool, kind_watches: bool = True) -> bool:
     """Whether the run evaluates each checkpoint while it trains (``eval.every_checkpoint`` on a
     run whose outputs are on a volume the evaluation pods can mount, whose trainer is a Job: a
     JobSet run has no objects of its own besides the JobSet for the watcher's identity yet)."""
     spec = config.cluster.eval
     wanted = spec is not None and spec.every_checkpoint and config.cluster.keeps_outputs and not services_only
-    return wanted and owner_kind == "Job"
+    return wanted and kind_watches
 
 
-def watch_notice(config: RunConfig, services_only: bool, owner_kind: str) -> list[str]:
+def watch_notice(config: RunConfig, services_only: bool, kind_watches: bool) -> list[str]:
     """What the user should know where ``eval.every_checkpoint`` cannot be kept."""
     spec = config.cluster.eval
-    if spec is None or not spec.every_checkpoint or services_only or watches(config, services_only, owner_kind):
+    if spec is None or not spec.every_checkpoint or services_only or watches(config, services_only, kind_watches):
         return []
     why = "its outputs are on no volume" if not config.cluster.keeps_outputs else "it runs as a JobSet"
     return [f"eval: checkpoints are not evaluated while training goes on, since {why}; evaluate them with cw eval RUN"]

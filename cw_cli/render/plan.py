@@ -179,14 +179,14 @@ def build_plan(request: RunRequest) -> Plan:
         has_services=bool(output.services), facts=request.facts,
     )  # fmt: skip
     files = configmap_files(request, output, workload)
-    if watches(request.config, request.services_only, workload.owner_kind):  # each checkpoint evaluated while training goes on
+    if watches(request.config, request.services_only, workload.strategy.eval_watcher):  # each checkpoint evaluated while training goes on
         files += _eval_watch_files(request, context, workload, output)
     check_modes(request, output.services)
     data, binary_data, config_items = configmap_payload(files)
     scope = _scope(request, context, config_items)
     layout = workload.strategy.layout(_parts(scope, output, workload, data, binary_data))
     notices = [*request.config.notices, *volume_choice(request, request.framework.framework), *output.notices]
-    notices += watch_notice(request.config, request.services_only, workload.owner_kind)
+    notices += watch_notice(request.config, request.services_only, workload.strategy.eval_watcher)
     plan = Plan(request.run_name, workload, layout.manifests, layout.owner_name, layout.servers, [*notices, *workload.notes])
     if plan.owner_name is not None:
         _link_tracking(plan, request, context)
@@ -224,7 +224,7 @@ def _parts(scope: Scope, output: FrameworkOutput, workload: Workload, data: dict
 def _eval_rbac(scope: Scope, workload: Workload) -> list[dict[str, Any]]:
     """The evaluation watcher's ServiceAccount, Role and RoleBinding, where the run has one."""
     request = scope.request
-    if not watches(request.config, request.services_only, workload.owner_kind):
+    if not watches(request.config, request.services_only, workload.strategy.eval_watcher):
         return []
     return watch_rbac(request.run_name, scope.labels, request.namespace, request.config.cluster.service_account)
 

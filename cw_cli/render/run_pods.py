@@ -140,7 +140,7 @@ def trainer_job(scope: Scope, output: FrameworkOutput, workload: Workload) -> di
                        request.services_timeout_s, queued=workload.queue is not None)
         for service in output.services
     ]  # fmt: skip
-    watched = watches(request.config, request.services_only, workload.owner_kind)
+    watched = watches(request.config, request.services_only, workload.strategy.eval_watcher)
     if watched:  # the sidecar that creates one evaluation Job per complete checkpoint, with its own token
         run_dir = trainer_output_dir(output.prepared, framework.output_keys, context.output_dir)
         waits.append(_eval_watcher(scope, mounts, run_dir, workload.queue is not None))

@@ -11,6 +11,7 @@ arranges them):
 
 * :attr:`WorkloadKind.server_keeper`: whether cw's keeper sidecar stops the servers when the
   trainer ends (else the owner stops them itself, as a JobSet does);
+* :attr:`WorkloadKind.eval_watcher`: whether the trainer's evaluation watcher runs (render/evaluation.py);
 * :meth:`~WorkloadKind.master_address`: the DNS name of rank 0 of a multi-node trainer;
 * :meth:`~WorkloadKind.trainer_labels`: the trainer Job's labels (a queue label where Kueue
   admits that Job);
@@ -137,6 +138,9 @@ class WorkloadKind:
     kind = ""
     #: Whether cw's keeper stops the servers (a sidecar in each, with the RBAC to read the trainer).
     server_keeper = True
+    #: Whether each checkpoint is evaluated while training goes on (the trainer's watcher sidecar,
+    #: with the RBAC layout() keeps among the Parts' keeper_rbac).
+    eval_watcher = True
     #: Whether the kind's API exists only where an add-on is installed (absent: no such object).
     add_on = False
 

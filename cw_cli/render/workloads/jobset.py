@@ -122,6 +122,7 @@ class JobSetOwner(WorkloadKind):
 
     kind = "JobSet"
     server_keeper = False  # the JobSet ends its servers' Jobs when the trainer's succeeds
+    eval_watcher = False  # its layout keeps no RBAC objects of the run's for the watcher's identity
     add_on = True
 
     def master_address(self, run_name: str, names: dict[str, str]) -> str:
