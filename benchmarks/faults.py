@@ -45,8 +45,10 @@ Measured: recovered (new trainer pods created), seconds from the fault to the ne
 whether the Job (``status.failed``) or JobSet (``restartsCountTowardsMax``) counted the fault
 against its limit. KWOK pods run no code: steps lost is n/a there.
 
-The notification column: ``notified`` is filled when cw ships ``cw_notify.py`` (Apprise); until
-then it reads ``n/a (not yet)``.
+The notification column (CPU): the run's ``notify:`` points Apprise's ``json://`` at a webhook on
+127.0.0.1 (``http.server``); ``notified`` lists the messages received between the fault and the
+restart's first step (``restarted`` from the restarted pod, ``stalled`` after a stall). A cw without
+``cw_notify.py`` or the ``notify`` field reads ``n/a (not yet)``.
 
 Usage:
     .venv/bin/python benchmarks/faults.py                        # 12 CPU + 8 cluster faults

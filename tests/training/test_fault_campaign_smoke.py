@@ -37,3 +37,5 @@ def test_the_fault_campaign_recovers_a_sigterm_losing_at_most_one_step(tmp_path:
     assert row["detail"]["resumed_from"] == row["detail"]["checkpoint"] > 0, row
     assert row["to_next_s"] > 0, row
     assert result["summary"]["false_stall_alarms"] == 0, result["summary"]
+    # With cw's notifications (`notify:`, cw_notify.py) the restarted pod says so to the webhook.
+    assert row["notified"] == "n/a (not yet)" or row["notified"].startswith("yes: restarted"), row
