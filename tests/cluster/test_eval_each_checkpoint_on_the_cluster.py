@@ -93,6 +93,12 @@ def test_one_lower_priority_evaluation_job_per_complete_checkpoint(kube_api, nam
     assert "found evaluation Job evw-eval-5" in again  # exists already: nothing new, no error
     assert len(batch.list_namespaced_job(namespace, label_selector="app.kubernetes.io/component=eval").items) == 2
 
+    # The evaluation Jobs are part of the run, not runs of their own: status and list still see one run.
+    status = run_cw(launcher, "status", "evw", "-n", namespace)
+    assert status.returncode == 0, status.stderr
+    listed = run_cw(launcher, "list", "-o", "json", "-n", namespace)
+    assert listed.returncode == 0 and [r["name"] for r in json.loads(listed.stdout)["items"]] == ["evw"], listed.stdout
+
     # The watcher's token opens nothing but creating and reading Jobs.
     request = urllib.request.Request(f"{kube_api.configuration.host}/api/v1/namespaces/{namespace}/secrets",
                                      headers={"Authorization": f"Bearer {token.read_text()}"})  # fmt: skip
