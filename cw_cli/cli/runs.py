@@ -122,9 +122,9 @@ def status_command(run: str, namespace: str | None, context: str | None, output:
     echo(f"run {bold(view.name)}  {p(view.framework)} {p(view.training_type)}  state: {bold(view.state)}  GPUs: {view.gpus}")
     echo("objects: " + p(", ".join(view.objects)))
     if view.restarts:
-        gang = any(o.startswith("JobSet/") for o in view.objects)
-        what = "gang restarts: {} (JobSet; " if gang else "restarts: {} (trainer pods replaced; "
-        echo(what.format(view.restarts) + "each resumes from the last complete checkpoint)")
+        counted_by = view.restarts_counted_by  # an owner that restarts the whole gang
+        what = f"gang restarts: {view.restarts} ({counted_by}; " if counted_by else f"restarts: {view.restarts} (trainer pods replaced; "
+        echo(what + "each resumes from the last complete checkpoint)")
     if view.progress is not None:
         echo(f"progress: {view.progress.line()}")
         checkpoint = view.progress.checkpoint_line()

@@ -51,10 +51,10 @@ def job_restarts(job: dict[str, Any], pods: list[dict[str, Any]] | None) -> int:
         return 0
 
 
-def run_restarts(owners: list[tuple[str, dict[str, Any]]], pods: list[dict[str, Any]] | None, counted: int | None) -> int | None:
+def run_restarts(owners: list[dict[str, Any]], pods: list[dict[str, Any]] | None, counted: int | None) -> int | None:
     """A run's restarts: ``counted`` where its owner counts them itself (a JobSet's gang restarts),
-    else its trainer Job's (:func:`job_restarts`); None for a run without a trainer (services only)."""
+    else those of its owner that counts none (its trainer Job: :func:`job_restarts`); None for a
+    run without an owner (services only)."""
     if counted is not None:
         return counted
-    job = next((obj for kind, obj in owners if kind == "Job"), None)
-    return None if job is None else job_restarts(job, pods)
+    return job_restarts(owners[0], pods) if owners else None

@@ -73,6 +73,8 @@ class RunView(Struct):
     queue: str | None = None
     #: Times the trainer started again (a JobSet's gang restarts; a Job's replaced rank-0 pods); None: no trainer.
     restarts: int | None = None
+    #: The kind of owner that counted ``restarts`` itself (a gang's restarts), None where cw counted the replaced pods.
+    restarts_counted_by: str | None = None
     namespace: str = ""
     #: Why the run failed, or what holds it (an image pull, a crash loop), in a few words.
     failure: str | None = None
@@ -128,14 +130,14 @@ def collect_runs(
             view.gpus += owner.gpus(obj)
             restarts = owner.restarts(obj)  # only a kind that restarts the whole gang counts them
             if restarts is not None:
-                view.restarts = restarts
+                view.restarts, view.restarts_counted_by = restarts, owner.kind
             owners.setdefault(key, []).append((kind, obj))
         elif kind == "Deployment":
             view.gpus += pod_gpus(obj["spec"]["template"]["spec"]) * int(obj["spec"].get("replicas", 1))
     for key, view in runs.items():
         if not any(o.split("/", 1)[0] in OWNERS for o in view.objects):
             view.state = "Services only"
-        view.restarts = run_restarts(owners.get(key, []), None, view.restarts)  # a Job's until its pods are read
+        count_restarts(view, owners.get(key, []), None)  # a Job's from its own count until its pods are read
     return runs, owners
 
 
@@ -206,10 +208,14 @@ def explain_run(
     view.failure = summary([e for e in view.explanations if e.pod not in disrupted])
 
 
-def count_restarts(view: RunView, owners: list[tuple[str, dict[str, Any]]], pods: list[dict[str, Any]]) -> None:
-    """``view.restarts`` from the run's pods, now read (a JobSet's own count stays)."""
-    counts = [OWNERS[kind].restarts(obj) for kind, obj in owners if kind in OWNERS]
-    view.restarts = run_restarts(owners, pods, next((n for n in counts if n is not None), None))
+def count_restarts(view: RunView, owners: list[tuple[str, dict[str, Any]]], pods: list[dict[str, Any]] | None) -> None:
+    """``view.restarts`` from the run's owners and, once read, its pods: what an owner that
+    restarts the whole gang counts itself (a JobSet), else its trainer pods (a Job)."""
+    counted = [(kind, OWNERS[kind].restarts(obj)) for kind, obj in owners if kind in OWNERS]
+    gang = next(((kind, n) for kind, n in counted if n is not None), None)
+    uncounted = [obj for kind, obj in owners if kind in OWNERS and OWNERS[kind].restarts(obj) is None]
+    view.restarts = run_restarts(uncounted, pods, gang[1] if gang else None)
+    view.restarts_counted_by = OWNERS[gang[0]].kind if gang else None
 
 
 def read_progress(kube: Kube, pods: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, str], Progress | None]:

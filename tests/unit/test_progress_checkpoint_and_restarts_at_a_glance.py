@@ -19,7 +19,7 @@ from test_output_formats import FakeKube, _job, _pod
 from cw_cli.cli.formats import dump, list_dict, status_dict
 from cw_cli.diagnosis.progress import Progress, cw_progress_line, training_progress
 from cw_cli.diagnosis.restarts import job_restarts, run_restarts
-from cw_cli.k8s.run_view import PROGRESS_LOG_LINES, list_runs
+from cw_cli.k8s.run_view import PROGRESS_LOG_LINES, RunView, count_restarts, list_runs
 from cw_cli.k8s.status import run_status
 
 LOG = (Path(__file__).resolve().parents[1] / "fixtures" / "progress" / "trl-sft-cw-progress.log").read_text(encoding="utf-8").split("\n")
@@ -87,8 +87,14 @@ def test_restarts_are_the_replaced_rank_zero_pods_or_the_jobs_count_or_the_jobse
     assert job_restarts(job, [now]) == 1 and job_restarts(job, []) == 0
     finished = {**job, "spec": {**job["spec"], "completions": 2}, "status": {"failed": 4, "succeeded": 2}}
     assert job_restarts(finished, None) == 2  # pods not read (a finished run in `cw list`): the counted failures
-    assert run_restarts([("JobSet", {"status": {"restarts": 5}})], [first, now], 5) == 5  # a JobSet counts its own
+    assert run_restarts([job], [first, now], None) == 2 and run_restarts([], [first, now], 5) == 5  # a JobSet counts its own
     assert run_restarts([], None, None) is None  # services only: no trainer
+
+    view = RunView(name="gang")
+    count_restarts(view, [("JobSet", {"metadata": {"name": "gang"}, "status": {"restarts": 5}})], [first, now])
+    assert (view.restarts, view.restarts_counted_by) == (5, "JobSet")  # its pods are gone with each gang: its own count
+    count_restarts(view, [("Job", job)], [first, now])
+    assert (view.restarts, view.restarts_counted_by) == (2, None)  # 1 pod replaced, 1 restart in place
 
 
 def _running_cluster() -> FakeKube:
