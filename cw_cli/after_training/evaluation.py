@@ -8,10 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from cw_cli.client.connection import Kube
 from cw_cli.config.evaluation import LM_EVAL_REQUIREMENT
 from cw_cli.errors import ConfigError, Conflict
-from cw_cli.labels import object_names
+from cw_cli.labels import TRAINER, object_names
 from cw_cli.render.evaluation import (
     EVAL_TTL_HOURS,
     SPEC_FILE,
@@ -126,5 +128,10 @@ def eval_facts(kube: Kube, run_name: str) -> ExportFacts:
         ConfigError: Its outputs are on no volume.
     """
     from cw_cli.after_training.export import export_facts
+    from cw_cli.k8s.run_facts import trainer_of
+    from cw_cli.render.evaluation import eval_env
 
-    return export_facts(kube, run_name, ExportChoice(checkpoint="latest"))
+    facts = export_facts(kube, run_name, ExportChoice(checkpoint="latest"))
+    template = trainer_of(kube, run_name)[2]["spec"]
+    trainer = next(c for c in template["containers"] if c["name"] == TRAINER)
+    return msgspec.structs.replace(facts, env=eval_env(trainer.get("env") or [], run_name))

@@ -204,7 +204,17 @@ JOB_FILE = "cw-eval-job.json"
 WATCH_CONTAINER = "eval-watch"
 #: The trainer environment entries an evaluation pod takes over (the Hub token, the cache, pip's index).
 EVAL_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HOME", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
-            "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")  # fmt: skip
+            "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "WANDB_API_KEY", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_BASE_URL",
+            "WANDB_MODE", "WANDB_DISABLED")  # fmt: skip
+
+
+def eval_env(trainer_env: list[dict[str, Any]], run_name: str) -> list[dict[str, Any]]:
+    """The trainer's environment entries an evaluation pod takes over, and, where the trainer reports
+    to W&B (cw gave it ``WANDB_RUN_ID``), the evaluation's own W&B run in the run's group."""
+    env = [entry for entry in trainer_env if entry.get("name") in EVAL_ENV]
+    if any(entry.get("name") == "WANDB_RUN_ID" for entry in trainer_env):
+        env += [{"name": "CW_EVAL_WANDB_RUN", "value": f"{run_name}-{EVAL}"}, {"name": "CW_EVAL_WANDB_GROUP", "value": run_name}]
+    return env
 #: Kueue's label naming a queued workload's WorkloadPriorityClass.
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -254,7 +264,7 @@ def watch_files(config: RunConfig, run_name: str, run_dir: str, labels: dict[str
     cluster = config.cluster
     facts = ExportFacts(
         run_name=run_name, run_dir=run_dir, claim=str(cluster.checkpoint_claim), image=image, labels=labels,
-        env=[entry for entry in env if entry.get("name") in EVAL_ENV], hf_cache_claim=cluster.hf_cache_volume,
+        env=eval_env(env, run_name), hf_cache_claim=cluster.hf_cache_volume,
         node_selector=dict(cluster.node_selector),
         tolerations=[t.model_dump(by_alias=True, exclude_none=True) for t in cluster.tolerations],
         service_account=cluster.service_account, pull_policy=pull_policy,

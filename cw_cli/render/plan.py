@@ -42,7 +42,7 @@ from cw_cli.render.run_pods import Scope, keeper_rbac, servers, trainer_job
 from cw_cli.render.scores import gate_settings, record_gate
 from cw_cli.render.shipped_files import configmap_payload
 from cw_cli.render.storage import storage_env
-from cw_cli.render.tracking import tensorboard_dir, wandb_url
+from cw_cli.render.tracking import tensorboard_dir, tracking_env, wandb_url
 from cw_cli.render.workload import ClusterFacts, Workload, choose_workload
 from cw_cli.render.workloads.base import Parts
 
@@ -236,7 +236,8 @@ def _eval_watch_files(request: RunRequest, context: RunContext, workload: Worklo
 
     cluster = request.config.cluster
     image = cluster.image or request.framework.framework.default_image(request.training_type)
-    env = env_list({**cluster.env, **storage_env(cluster)}, cluster.secret_refs())
+    tracking = tracking_env(request.run_name, request.framework.framework.tracking(request.config.native), request.sweep)
+    env = env_list({**tracking, **cluster.env, **storage_env(cluster)}, cluster.secret_refs())
     run_dir = trainer_output_dir(output.prepared, request.framework.framework.output_keys, context.output_dir)
     return watch_files(request.config, request.run_name, run_dir, _labels(request), image,
                        "Always" if cluster.pull else "IfNotPresent", env, workload.queue, request.namespace)  # fmt: skip

@@ -113,6 +113,36 @@ def write_json_atomically(path: str, document: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
+def log_to_wandb(document: dict[str, Any], environ: dict[str, str]) -> bool:
+    """Log the scores to W&B where the run reports there (``CW_EVAL_WANDB_RUN``: the evaluation's
+    W&B run, ``<run>-eval`` in the run's group), each as ``eval/<score>`` over the trainer's step
+    (``train/global_step``, as the Trainer logs it). False where W&B is not configured or installed;
+    a W&B failure is said, never the evaluation's."""
+    run_id = environ.get("CW_EVAL_WANDB_RUN")
+    if not run_id or environ.get("WANDB_MODE") == "disabled" or environ.get("WANDB_DISABLED") in ("true", "1"):
+        return False
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is None:
+        print("cw_eval: W&B is configured but not installed here; scores not logged there", file=sys.stderr, flush=True)
+        return False
+    try:
+        import wandb
+
+        run = wandb.init(id=run_id, name=run_id, group=environ.get("CW_EVAL_WANDB_GROUP"), job_type="eval", resume="allow")
+        run.define_metric("train/global_step")
+        run.define_metric("eval/*", step_metric="train/global_step")
+        values: dict[str, Any] = {f"eval/{name}": value for name, value in document["scores"].items()}
+        if document.get("step") is not None:
+            values["train/global_step"] = document["step"]
+        run.log(values)
+        run.finish()
+        return True
+    except Exception as exc:  # noqa: BLE001 - the scores are on the volume whatever W&B says
+        print(f"cw_eval: W&B refused the scores: {exc}", file=sys.stderr, flush=True)
+        return False
+
+
 def evaluate(spec: dict[str, Any], model: str, out: str, checkpoint: str, step: int | None) -> int:
     """Run the harness on ``model`` and write ``out/scores.json``; the harness's exit status."""
     import time
@@ -142,6 +172,7 @@ def evaluate(spec: dict[str, Any], model: str, out: str, checkpoint: str, step: 
         "finished_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }  # fmt: skip
     write_json_atomically(os.path.join(out, SCORES_FILE), document)
+    log_to_wandb(document, dict(os.environ))
     print(f"cw_eval: {checkpoint}: " + ", ".join(f"{k} {v:.4g}" for k, v in scores.items()), flush=True)
     return 0
 

@@ -169,3 +169,29 @@ def test_a_jobset_run_says_its_checkpoints_are_not_evaluated_while_it_trains(tmp
                     run_name="js", jobset_available=True)  # fmt: skip
     assert plan.owner_kind == "JobSet" and "eval-watch" not in json.dumps(plan.manifests)
     assert any("not evaluated while training goes on, since it runs as a JobSet" in note for note in plan.notices)
+
+
+def test_scores_go_to_w_and_b_over_the_trainers_step_where_the_run_reports_there(tmp_path):
+    pytest.importorskip("wandb", reason="W&B's own offline run file is the proof")
+    from cw_cli.render.evaluation import eval_env
+    from cw_cli.runtime.cw_eval import log_to_wandb
+
+    trainer = [{"name": "WANDB_RUN_ID", "value": "r1"}, {"name": "WANDB_PROJECT", "value": "p"},
+               {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "WANDB_API_KEY"}}},
+               {"name": "SECRET_OF_THE_TRAINER", "value": "x"}]  # fmt: skip
+    env = {e["name"]: e.get("value") for e in eval_env(trainer, "r1")}
+    assert env == {"WANDB_PROJECT": "p", "WANDB_API_KEY": None, "CW_EVAL_WANDB_RUN": "r1-eval", "CW_EVAL_WANDB_GROUP": "r1"}
+    assert eval_env(trainer[1:], "r1") == trainer[1:3]  # a run not reporting to W&B: no evaluation run there
+    document = {"checkpoint": "checkpoint-40", "step": 40, "scores": {"hellaswag/acc_norm": 0.3125}}
+    import os
+
+    saved = {k: os.environ.get(k) for k in ("WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_SILENT")}
+    os.environ.update({"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_PROJECT": "p", "WANDB_SILENT": "true"})
+    try:
+        assert log_to_wandb(document, {"CW_EVAL_WANDB_RUN": "r1-eval", "CW_EVAL_WANDB_GROUP": "r1"}) is True
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+    logged = b"".join(p.read_bytes() for p in tmp_path.rglob("run-r1-eval.wandb"))
+    assert b"eval/hellaswag/acc_norm" in logged and b"0.3125" in logged and b"train/global_step" in logged
+    assert log_to_wandb(document, {}) is False  # not configured: nothing asked of W&B
