@@ -95,8 +95,9 @@ def _output_dir(planned: PlannedRun) -> tuple[str, str | None]:
     from cw_cli.render.workload import owner_kind
 
     owner = planned.manifests[0]
-    template = owner_kind(owner["kind"]).trainer_template(owner) or {"spec": {"containers": []}}
-    container: dict[str, Any] = next((c for c in template["spec"]["containers"] if c["name"] == TRAINER), {})
+    template = owner_kind(owner["kind"]).trainer_template(owner)
+    pod_spec: dict[str, Any] = template["spec"] if template else {}
+    container: dict[str, Any] = next((c for c in pod_spec.get("containers", []) if c["name"] == TRAINER), {})
     objects = {(m["kind"], m["metadata"]["name"]): m for m in planned.manifests}
 
     class _Planned:  # output_dir_of reads the run's ConfigMap: here, the planned one
@@ -107,7 +108,7 @@ def _output_dir(planned: PlannedRun) -> tuple[str, str | None]:
             return objects.get((kind, name))
 
     run_dir = output_dir_of(_Planned(), planned.name, container.get("workingDir") or f"/checkpoints/{planned.name}")  # type: ignore[arg-type]
-    return run_dir, claims_of(template["spec"]).get("checkpoints")
+    return run_dir, claims_of(pod_spec).get("checkpoints")
 
 
 def plan_pipeline(
