@@ -94,6 +94,7 @@ def framework_output(request: RunRequest, context: RunContext) -> FrameworkOutpu
         prepared = framework.prepare_config(native, context)
         script_command, prepared = _own_script(framework, prepared, context)
         config_text = framework.serialize_config(prepared)
+        launch_notes = [] if request.services_only else framework.launch_notes(prepared, context)
         user_shipped = user_files(path.parent, cluster.files)
         code, code_notes = shipped_code(cluster, path.parent)
         modules, module_notes = referenced_modules(
@@ -118,7 +119,7 @@ def framework_output(request: RunRequest, context: RunContext) -> FrameworkOutpu
         *(text_file(key, text) for key, text in framework_files.items()),
         *referenced,
     ]
-    notices = [*moved, *shipped_notes, *data_notes, *module_notes, *code_notes]
+    notices = [*moved, *shipped_notes, *data_notes, *module_notes, *code_notes, *launch_notes]
     return FrameworkOutput(prepared, config_text, files, services, requirements, notices, script_command)
 
 

@@ -64,6 +64,16 @@ class Launch(ABC):
         """
         return None
 
+    def launch_notes(self, config: dict[str, Any], context: RunContext) -> list[str]:
+        """What the user should know before this run starts (printed with the plan's notes), e.g.
+        a restart that does not resume; none by default.
+
+        Args:
+            config: The native config as mounted (the result of ``prepare_config``).
+            context: The run being described.
+        """
+        return []
+
     def setup_commands(self, config: dict[str, Any], context: RunContext) -> list[list[str]]:
         """Commands the trainer pod runs before training (argv each), e.g. installing an environment."""
         return []

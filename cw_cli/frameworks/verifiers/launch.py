@@ -38,6 +38,15 @@ class VerifiersLaunch(Launch):
             packages.append(PRIME_CLI)
         return packages
 
+    def launch_notes(self, config: dict[str, Any], context: RunContext) -> list[str]:
+        # vf-train calls trainer.train() without a checkpoint (verifiers/scripts/train.py), and
+        # RLTrainer cannot simply be resumed (docs/fault-tolerance.md, "After a restart").
+        return [
+            "verifiers does not resume: a restart of the trainer (preemption, stall, failure) starts again at step 0 "
+            f"from `model` ({config.get('model')}); to go on from a checkpoint, set `model:` to it "
+            f"(e.g. {context.output_dir}/checkpoint-<step>) and launch under another --name (docs/training.md, verifiers)"
+        ]
+
     def trainer_command(self, config: dict[str, Any], context: RunContext) -> list[str]:
         return self._launch(config, context, ["-m", "verifiers.scripts.train"])
 
