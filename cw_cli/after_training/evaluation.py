@@ -49,9 +49,10 @@ def run_settings(kube: Kube, run_name: str) -> tuple[dict[str, Any] | None, str 
     return settings, base
 
 
-def flag_settings(tasks: list[str], metric: str | None, limit: float | None, gpu: int, run: dict[str, Any] | None) -> dict[str, Any]:
-    """The settings of ``--tasks`` (each an lm-eval task or a local task YAML, relative to here),
-    checked as a config's ``eval:`` block is.
+def flag_settings(tasks: list[str], metric: str | None, limit: float | None, gpu: int, run: dict[str, Any] | None,
+                  task_dir: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """The settings of ``--tasks`` (each an lm-eval task or a local task YAML, relative to
+    ``task_dir``, default here), checked as a config's ``eval:`` block is.
 
     Raises:
         ConfigError: An unknown task, a metric the tasks do not report; each naming the flag.
@@ -72,11 +73,34 @@ def flag_settings(tasks: list[str], metric: str | None, limit: float | None, gpu
                         higher_is_better=bool((run or {}).get("higher_is_better", True)))  # fmt: skip
     except ValidationError as exc:
         raise ConfigError([f"--tasks/--metric/--limit: {e['loc'][0] if e['loc'] else ''}: {e['msg']}" for e in exc.errors()]) from None
-    problems, users = check_eval(spec, Path.cwd())
+    problems, users = check_eval(spec, task_dir or Path.cwd())
     if problems:
         raise ConfigError([p.replace("`eval.tasks`", "--tasks").replace("`eval.metric`", "--metric") for p in problems],
                           hint="cw eval RUN --tasks hellaswag --metric hellaswag/acc_norm")  # fmt: skip
     return pod_spec(spec, users, gpu)
+
+
+def eval_settings(run_name: str, settings: dict[str, Any] | None, tasks: list[str], metric: str | None, limit: float | None,
+                  gpu: int | None, task_dir: Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """The evaluation's settings (``cw-eval.json``): the run's own (``settings``, from its
+    ``eval:`` block), changed by the flags; ``tasks``, ``metric`` or ``limit`` make new ones.
+
+    Raises:
+        ConfigError: No tasks (the run had no ``eval:`` and none given), an unknown task, a metric
+            they do not report.
+    """
+    if tasks or metric or limit is not None:
+        run_gpu = int((settings or {}).get("gpu") or 0)
+        return flag_settings(tasks or list((settings or {}).get("tasks") or []), metric,
+                             limit if limit is not None else (settings or {}).get("limit"),
+                             run_gpu if gpu is None else gpu, settings, task_dir)  # fmt: skip
+    if settings is None:
+        raise ConfigError([f"run {run_name!r} was launched without an eval: block: name the tasks"],
+                          hint=f"cw eval {run_name} --tasks hellaswag --metric hellaswag/acc_norm")  # fmt: skip
+    if gpu is not None and gpu != settings.get("gpu"):
+        backend = "vllm" if gpu else "hf"
+        return {**settings, "gpu": gpu, "backend": backend, "device": "cuda" if gpu else "cpu"}
+    return settings
 
 
 def choose_target(kube: Kube, run_name: str, run_dir: str, which: str, base: str | None) -> EvalTarget:

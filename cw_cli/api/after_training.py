@@ -293,7 +293,7 @@ class AfterTraining:
             NotFound: No such run.
             Conflict: The same evaluation exists already.
         """
-        from cw_cli.after_training.evaluation import choose_target, create_eval, eval_facts, flag_settings, run_settings
+        from cw_cli.after_training.evaluation import choose_target, create_eval, eval_facts, eval_settings, run_settings
         from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
         from cw_cli.render.evaluation import EvalResources
 
@@ -308,17 +308,7 @@ class AfterTraining:
             raise ConfigError([f"--checkpoint {str(checkpoint)[:40]!r}: expected final, latest, best, base or a step number"])
         kube = self.session.kube
         settings, base = run_settings(kube, self.name)
-        if tasks or metric or limit is not None:
-            run_gpu = int((settings or {}).get("gpu") or 0)
-            settings = flag_settings(list(tasks) or list((settings or {}).get("tasks") or []), metric,
-                                     limit if limit is not None else (settings or {}).get("limit"),
-                                     run_gpu if gpu is None else gpu, settings)  # fmt: skip
-        elif settings is None:
-            raise ConfigError([f"run {self.name!r} was launched without an eval: block: name the tasks"],
-                              hint=f"cw eval {self.name} --tasks hellaswag --metric hellaswag/acc_norm")  # fmt: skip
-        elif gpu is not None and gpu != settings.get("gpu"):
-            backend = "vllm" if gpu else "hf"
-            settings = {**settings, "gpu": gpu, "backend": backend, "device": "cuda" if gpu else "cpu"}
+        settings = eval_settings(self.name, settings, list(tasks), metric, limit, gpu)
         facts = eval_facts(kube, self.name)
         chosen = choose_target(kube, self.name, facts.run_dir, str(checkpoint), base)
         resources = EvalResources(gpu=int(settings.get("gpu") or 0), cpu=cpu, memory=memory)

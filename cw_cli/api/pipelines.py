@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from cw_cli.api.run import Run
     from cw_cli.api.session import Session
     from cw_cli.client.connection import Kube
-    from cw_cli.config.pipeline import Pipeline
+    from cw_cli.config.pipeline import Pipeline, Stage
     from cw_cli.frameworks.registry import FrameworkRegistry
     from cw_cli.render.pipeline import PlannedStage
 
@@ -29,7 +29,7 @@ class PlannedPipeline(Struct):
     Attributes:
         name: The pipeline's name (its runs are ``<name>-<stage>``).
         stages: Each stage's plan, in an order where each comes after those it waits for.
-        runs: Each stage's planned run, by stage.
+        runs: Each training stage's planned run, by stage (an evaluation stage has its plan only).
         keeper: The pipeline keeper's objects (none when no stage waits for another).
         notices: What cw decided (stage references resolved, ...).
     """
@@ -49,7 +49,7 @@ class PlannedPipeline(Struct):
         """Every stage's manifests, then the keeper's, as multi-document YAML."""
         import yaml
 
-        parts = [self.runs[stage.name].to_yaml() for stage in self.stages]
+        parts = [stage.plan.to_yaml() for stage in self.stages]
         if self.keeper:
             parts.append(yaml.safe_dump_all(self.keeper, sort_keys=False))
         return "---\n".join(part if part.endswith("\n") else part + "\n" for part in parts)
@@ -70,6 +70,8 @@ def _stage_refs(pipeline: Pipeline, registry: FrameworkRegistry) -> tuple[Pipeli
     names = {stage.name for stage in pipeline.stages}
     refs: dict[str, tuple[str, str]] = {}
     for stage in pipeline.stages:
+        if stage.evaluation:
+            continue
         try:
             loaded, _ = registry.resolve_type(stage.framework, stage.training_type)
         except CwError as exc:
@@ -111,6 +113,38 @@ def _output_dir(planned: PlannedRun) -> tuple[str, str | None]:
     return run_dir, claims_of(pod_spec).get("checkpoints")
 
 
+def _eval_stage(pipeline: Pipeline, stage: Stage, evaluated: PlannedRun, namespace: str | None) -> PlannedStage:
+    """An evaluation stage: `cw eval RUN --checkpoint final` of the evaluated stage's planned run,
+    a Job the keeper creates (suspended and released, as a run's) once that stage succeeded.
+
+    Raises:
+        ConfigError: Its settings (no tasks and no ``eval:`` block in the evaluated stage's config,
+            an unknown task, ...), naming the file and the stage.
+    """
+    from cw_cli.after_training.stage_eval import stage_eval_manifests
+    from cw_cli.render.pipeline import PlannedStage
+    from cw_cli.render.plan import Plan
+    from cw_cli.render.workload import Workload
+
+    assert stage.evaluation is not None
+    of = stage.evaluation.of
+    where = f"{pipeline.path}: stage {stage.name}"
+    try:
+        manifests = stage_eval_manifests(evaluated.name, evaluated.manifests, stage.evaluation, pipeline.path.parent, namespace)
+    except ConfigError as exc:
+        if not stage.evaluation.tasks and any("without an eval: block" in issue for issue in exc.issues):
+            raise ConfigError([f"{where}: evaluates stage {of}, whose config {pipeline.stage(of).config} has no eval: block, "
+                               "and names no tasks"],
+                              hint="tasks: [hellaswag] in the stage, or an eval: block in its config") from None  # fmt: skip
+        issues = [f"{where}: {issue.replace('--tasks', 'tasks').replace('--metric', 'metric').replace('--limit', 'limit')}"
+                  for issue in exc.issues]  # fmt: skip
+        raise ConfigError(issues, hint=exc.hint) from None
+    name = manifests[0]["metadata"]["name"]
+    # Labelled as `cw eval` labels it: part of the evaluated run (its pipeline and stage), so `cw
+    # list` and `cw logs RUN --role eval` find it with that run; the keeper knows it by name.
+    return PlannedStage(stage.name, stage.after, Plan(run_name=name, workload=Workload("Job"), manifests=manifests, owner_name=name))
+
+
 def plan_pipeline(
     path: str | Path, *, namespace: str | None = None, registry: FrameworkRegistry | None = None,
     connect: Callable[[], Kube] | None = None, if_reachable: bool = False,
@@ -134,6 +168,11 @@ def plan_pipeline(
     stages: list[PlannedStage] = []
     notices: list[str] = []
     for stage in pipeline.stages:
+        if stage.evaluation:  # its stage is planned: each comes after those it waits for
+            stages.append(_eval_stage(pipeline, stage, runs[stage.evaluation.of], namespace))
+            notices.append(f"stage {stage.name}: {stages[-1].plan.run_name} evaluates stage {stage.evaluation.of}'s final model as "
+                           f"`cw eval {runs[stage.evaluation.of].name} --checkpoint final` would, once it succeeded")  # fmt: skip
+            continue
         assignments = dict(stage.assignments)
         if stage.name in refs:
             key, other = refs[stage.name]

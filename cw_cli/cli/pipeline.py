@@ -30,7 +30,7 @@ def pipeline_command(file: str, dry_run: bool, namespace: str | None, context: s
         return
     submit_pipeline(session, planned, lambda line: say(f"  {printable(line)}"))
     for stage in planned.stages:
-        run = planned.runs[stage.name].name
+        what = f"run {stage.plan.run_name}" if stage.name in planned.runs else f"evaluation {stage.plan.run_name}"
         when = "started" if not stage.after else f"created in the cluster once {', '.join(stage.after)} succeeded"
-        say(f"stage {click.style(stage.name, bold=True)}: run {run} {when}")
+        say(f"stage {click.style(stage.name, bold=True)}: {what} {when}")
     say(f"next: cw list   (the pipeline's runs are grouped under {planned.name})")

@@ -82,7 +82,7 @@ def list_command(
     ]  # fmt: skip
     click.echo(table([*(["NAMESPACE"] if all_namespaces else []), *columns], rows), nl=False)
     if pipelines and not all_namespaces:
-        _later_stages(session, pipelines)
+        _later_stages(session, pipelines, {(run.pipeline, run.stage) for run in runs})
     for run in runs:
         if run.stalled:
             echo(f"{run.name}: its launcher stopped before starting it; `cw delete {run.name}` removes it", err=True, fg="yellow")
@@ -90,15 +90,21 @@ def list_command(
         echo("`cw status RUN` says why a run failed, with the fix and its last log lines", err=True)
 
 
-def _later_stages(session: api.Session, pipelines: list[str]) -> None:
-    """A line per pipeline naming its stages not created yet (waiting, or skipped after a failure)."""
+def _later_stages(session: api.Session, pipelines: list[str], shown: set[tuple[str | None, str | None]]) -> None:
+    """A line per pipeline naming its stages not created yet (waiting, or skipped after a failure),
+    and one naming its created stages that are no run of the table (evaluations), with their state."""
     from cw_cli.api.pipelines import stage_states
 
     for pipeline in pipelines:
-        later = {stage: state for stage, state in stage_states(session, pipeline).items() if state in ("Waiting", "Skipped")}
+        states = stage_states(session, pipeline)
+        later = {stage: state for stage, state in states.items() if state in ("Waiting", "Skipped")}
         if later:
             text = ", ".join(f"{stage} {state.lower()}" for stage, state in later.items())
             echo(f"pipeline {printable(pipeline)}: not created yet: {printable(text)}", err=True)
+        others = {stage: state for stage, state in states.items() if stage not in later and (pipeline, stage) not in shown}
+        if others:
+            text = ", ".join(f"{stage} {state.lower()}" for stage, state in others.items())
+            echo(f"pipeline {printable(pipeline)}: evaluations: {printable(text)}", err=True)
 
 
 @click.command("status")

@@ -7,10 +7,11 @@ framework and training type, ``--set`` values), and which stages each waits for 
     stages:
       sft:  {framework: trl, type: sft, config: sft.yaml}
       dpo:  {framework: trl, type: dpo, config: dpo.yaml, after: [sft]}   # dpo.yaml: model_name_or_path: run:sft
+      eval: {evaluate: dpo, tasks: [gsm8k]}   # `cw eval rlhf-dpo --checkpoint final`, once dpo succeeded
 
-Read and checked here, before anything is rendered: the keys, the names, every ``after:`` naming
-a stage of the file, and no cycle (stdlib ``graphlib`` orders the stages and finds one). Every
-problem names the file and the stage.
+Read and checked here, before anything is rendered: the keys, the names, every ``after:`` and
+``evaluate:`` naming a stage of the file, and no cycle (stdlib ``graphlib`` orders the stages and
+finds one). Every problem names the file and the stage.
 """
 
 from __future__ import annotations
@@ -25,11 +26,36 @@ from msgspec import Struct, field
 from cw_cli.errors import ConfigError
 
 _STAGE_KEYS = {"framework", "type", "config", "after", "set"}
+#: An evaluation stage's keys: `cw eval RUN`'s flags (docs/pipelines.md).
+_EVAL_KEYS = {"evaluate", "checkpoint", "tasks", "metric", "limit", "gpu", "cpu", "memory", "after"}
 _TOP_KEYS = {"name", "stages"}
 
 
+class StageEval(Struct, frozen=True):
+    """What an evaluation stage scores and how: `cw eval RUN --checkpoint final`'s flags.
+
+    Attributes:
+        of: The stage whose final model it scores.
+        tasks: lm-eval tasks or local task YAMLs (relative to the pipeline file); none: the
+            evaluated stage's own ``eval:`` tasks.
+        metric: The deciding ``task/metric`` (default as `cw eval`'s).
+        limit: Samples per task.
+        gpu: GPUs of the evaluation pod (default: the evaluated stage's ``eval:`` choice).
+        cpu: Its CPU.
+        memory: Its memory.
+    """
+
+    of: str
+    tasks: tuple[str, ...] = ()
+    metric: str | None = None
+    limit: float | None = None
+    gpu: int | None = None
+    cpu: str = "4"
+    memory: str = "32Gi"
+
+
 class Stage(Struct, frozen=True):
-    """One stage: an ordinary run.
+    """One stage: an ordinary run, or the evaluation of another stage's final model (``evaluation``).
 
     Attributes:
         name: The stage's name in the file.
@@ -39,6 +65,8 @@ class Stage(Struct, frozen=True):
         config: Its config file (relative paths start at the pipeline file's folder).
         after: The stages it waits for.
         assignments: ``--set`` values.
+        evaluation: For an evaluation stage (``evaluate: STAGE``), what it scores; then
+            framework, type and config are the evaluated stage's.
     """
 
     name: str
@@ -48,6 +76,7 @@ class Stage(Struct, frozen=True):
     config: Path
     after: tuple[str, ...] = ()
     assignments: dict[str, Any] = field(default_factory=dict)
+    evaluation: StageEval | None = None
 
 
 class Pipeline(Struct, frozen=True):
@@ -94,6 +123,7 @@ def parse_pipeline(path: Path, data: Any, is_run_name: Callable[[str], bool]) ->
         raise ConfigError([*problems, f"{path}: stages: expected a mapping of stage name to {{framework, type, config}}"],
                           hint="see docs/pipelines.md")  # fmt: skip
     stages: dict[str, Stage] = {}
+    evaluations: dict[str, StageEval] = {}
     for stage_name, body in stages_data.items():
         where = f"{path}: stage {stage_name!s:.40}"
         run = f"{name}-{stage_name}"
@@ -104,14 +134,20 @@ def parse_pipeline(path: Path, data: Any, is_run_name: Callable[[str], bool]) ->
         if not isinstance(body, dict):
             problems.append(f"{where}: expected a mapping with framework, type and config")
             continue
-        problems += [f"{where}: unknown key {key!r} (expected {', '.join(sorted(_STAGE_KEYS))})" for key in body if key not in _STAGE_KEYS]
-        missing = [key for key in ("framework", "type", "config") if key not in body]
-        problems += [f"{where}: {key} is missing" for key in missing]
         after = body.get("after", [])
         after = [after] if isinstance(after, str) else after
         if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
             problems.append(f"{where}: after: expected a stage name or a list of them")
             after = []
+        if "evaluate" in body:  # waits for the stage it evaluates
+            evaluation = evaluations[stage_name] = _evaluation(problems, where, body)
+            stages[stage_name] = Stage(name=stage_name, run=run, framework="", training_type="", config=path,
+                                       after=tuple(dict.fromkeys([*after, evaluation.of])), evaluation=evaluation)  # fmt: skip
+            continue
+        problems += [f"{where}: unknown key {key!r} (expected {', '.join(sorted(_STAGE_KEYS))}, or evaluate: STAGE)"
+                     for key in body if key not in _STAGE_KEYS]  # fmt: skip
+        missing = [key for key in ("framework", "type", "config") if key not in body]
+        problems += [f"{where}: {key} is missing" for key in missing]
         assignments = body.get("set", {})
         if not isinstance(assignments, dict):
             problems.append(f"{where}: set: expected a mapping of config key to value")
@@ -122,8 +158,16 @@ def parse_pipeline(path: Path, data: Any, is_run_name: Callable[[str], bool]) ->
             training_type=_text(problems, f"{where}: type", body.get("type", "x")),
             config=(path.parent / config) if config else path, after=tuple(after), assignments=dict(assignments),
         )  # fmt: skip
+    for stage_name, evaluation in evaluations.items():
+        where = f"{path}: stage {stage_name}: evaluate: {evaluation.of!r:.40}"
+        if evaluation.of and evaluation.of not in stages:
+            problems.append(f"{where} is no stage of the file; stages: {', '.join(stages)}")
+        elif evaluation.of in evaluations:
+            problems.append(f"{where} is an evaluation, not a run: name a training stage")
     for stage in stages.values():
         for other in stage.after:
+            if stage.evaluation and other == stage.evaluation.of:
+                continue  # its evaluate: was checked above
             if other not in stages:
                 problems.append(f"{path}: stage {stage.name}: after: {other!r:.40} is no stage of the file; stages: {', '.join(stages)}")
             elif other == stage.name:
@@ -131,6 +175,36 @@ def parse_pipeline(path: Path, data: Any, is_run_name: Callable[[str], bool]) ->
     if problems:
         raise ConfigError(problems, hint="see docs/pipelines.md")
     return Pipeline(path=path, name=name, stages=tuple(stages[n] for n in _order(path, stages)))
+
+
+def _evaluation(problems: list[str], where: str, body: dict[str, Any]) -> StageEval:
+    """An evaluation stage's settings, each checked for its type (the tasks and the metric are
+    checked against lm-eval's when the stage is rendered)."""
+    problems += [f"{where}: unknown key {key!r} in an evaluation stage (expected {', '.join(sorted(_EVAL_KEYS))})"
+                 for key in body if key not in _EVAL_KEYS]  # fmt: skip
+    of = _text(problems, f"{where}: evaluate", body["evaluate"])
+    checkpoint = body.get("checkpoint", "final")
+    if checkpoint != "final":
+        problems.append(f"{where}: checkpoint: {checkpoint!r:.40}: a pipeline evaluates the final model only (the others are not "
+                        f"known before the stage runs); evaluate another later with cw eval RUN --checkpoint best")  # fmt: skip
+    tasks = body.get("tasks", [])
+    tasks = [t.strip() for t in tasks.split(",") if t.strip()] if isinstance(tasks, str) else tasks
+    if not isinstance(tasks, list) or not all(isinstance(t, str) and t.strip() for t in tasks):
+        problems.append(f"{where}: tasks: expected a list of lm-eval tasks or task YAMLs")
+        tasks = []
+    metric = body.get("metric")
+    if metric is not None:
+        metric = _text(problems, f"{where}: metric", metric) or None
+    limit = body.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0):
+        problems.append(f"{where}: limit: expected a positive number of samples (or a fraction below 1), got {limit!r:.40}")
+        limit = None
+    gpu = body.get("gpu")
+    if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu <= 8):
+        problems.append(f"{where}: gpu: expected 0 to 8, got {gpu!r:.40}")
+        gpu = None
+    sizes = {key: str(body.get(key, default)) for key, default in (("cpu", "4"), ("memory", "32Gi"))}
+    return StageEval(of=of, tasks=tuple(tasks), metric=metric, limit=limit, gpu=gpu, **sizes)
 
 
 def _order(path: Path, stages: dict[str, Stage]) -> list[str]:
