@@ -21,13 +21,13 @@ from cw_cli.errors import ConfigError
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT, CONFIG_MOUNT
 from cw_cli.frameworks.runtime_files import EVAL_FILE, PIP_FILE, runtime_file, with_requirements
 from cw_cli.labels import COMPONENT_LABEL, EVAL, GPU_RESOURCE
-from cw_cli.render.export import MAX_JOB_NAME, ExportFacts
 from cw_cli.render.pod_parts import CONTAINER_SECURITY, POD_SECURITY
 from cw_cli.render.templates import render_manifest
 
 if TYPE_CHECKING:
     from cw_cli.config.eval_tasks import UserTask
     from cw_cli.config.evaluation import EvalSpec
+    from cw_cli.render.export import ExportFacts
     from cw_cli.render.shipped_files import ShippedFile
     from cw_cli.types import RunConfig
 
@@ -123,6 +123,8 @@ def eval_command(target: EvalTarget, spec_dir: str = CONFIG_MOUNT, requirements:
 def eval_name(run_name: str, target: EvalTarget) -> str:
     """The evaluation Job's name: ``RUN-eval-40``, ``RUN-eval-final``, ``RUN-eval-base``; cut with a
     hash suffix past 63 characters (a Job's pods carry its name as a label)."""
+    from cw_cli.render.export import MAX_JOB_NAME
+
     which = str(target.step) if target.step is not None else target.label
     name = f"{run_name}-{EVAL}-{which}"
     if len(name) > MAX_JOB_NAME:
@@ -257,6 +259,7 @@ def watch_files(config: RunConfig, run_name: str, run_dir: str, labels: dict[str
     the watcher, cw_eval.py and cw_pip.py (cw-eval.json is there already)."""
     from cw_cli.config.evaluation import LM_EVAL_REQUIREMENT
     from cw_cli.frameworks.runtime_files import EVAL_WATCH_FILE
+    from cw_cli.render.export import ExportFacts
     from cw_cli.render.shipped_files import text_file
 
     spec = config.cluster.eval
