@@ -42,13 +42,7 @@ class Export(Struct):
             RunFailed: The export failed (its log says why: ``cw logs RUN --role export``).
             WaitTimeout: Still running after ``timeout`` seconds.
         """
-        from cw_cli.k8s.operations import wait_for_run
-
-        try:
-            return wait_for_run(self.run.session.kube, self.name, timeout, progress)
-        except RunFailed as failed:
-            raise RunFailed(f"export {self.name} failed: {failed.message.removeprefix('run failed: ')}",
-                            hint=f"see its log: cw logs {self.run.name} --role export") from None  # fmt: skip
+        return _wait_for_job(self.run, self.name, "export", timeout, progress)
 
 
 
@@ -77,13 +71,18 @@ class Evaluation(Struct):
             RunFailed: The evaluation failed (its log says why: ``cw logs RUN --role eval``).
             WaitTimeout: Still running after ``timeout`` seconds.
         """
-        from cw_cli.k8s.operations import wait_for_run
+        return _wait_for_job(self.run, self.name, "eval", timeout, progress)
 
-        try:
-            return wait_for_run(self.run.session.kube, self.name, timeout, progress)
-        except RunFailed as failed:
-            raise RunFailed(f"evaluation {self.name} failed: {failed.message.removeprefix('run failed: ')}",
-                            hint=f"see its log: cw logs {self.run.name} --role eval") from None  # fmt: skip
+def _wait_for_job(run: Run, name: str, role: str, timeout: float | None, progress: Progress) -> str:
+    """Wait for one of the run's after-training Jobs; a failure names it and the log to read."""
+    from cw_cli.k8s.operations import wait_for_run
+
+    what = {"export": "export", "eval": "evaluation"}[role]
+    try:
+        return wait_for_run(run.session.kube, name, timeout, progress)
+    except RunFailed as failed:
+        raise RunFailed(f"{what} {name} failed: {failed.message.removeprefix('run failed: ')}",
+                        hint=f"see its log: cw logs {run.name} --role {role}") from None  # fmt: skip
 
 
 class AfterTraining:
