@@ -138,7 +138,8 @@ def _eval_stage(pipeline: Pipeline, stage: Stage, evaluated: PlannedRun, namespa
                               hint="tasks: [hellaswag] in the stage, or an eval: block in its config") from None  # fmt: skip
         issues = [f"{where}: {issue.replace('--tasks', 'tasks').replace('--metric', 'metric').replace('--limit', 'limit')}"
                   for issue in exc.issues]  # fmt: skip
-        raise ConfigError(issues, hint=exc.hint) from None
+        hint = "tasks: [hellaswag] and metric: hellaswag/acc_norm in the stage" if exc.hint and "cw eval" in exc.hint else exc.hint
+        raise ConfigError(issues, hint=hint) from None
     name = manifests[0]["metadata"]["name"]
     # Labelled as `cw eval` labels it: part of the evaluated run (its pipeline and stage), so `cw
     # list` and `cw logs RUN --role eval` find it with that run; the keeper knows it by name.
