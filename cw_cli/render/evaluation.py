@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from msgspec import Struct
 
 from cw_cli.errors import ConfigError
-from cw_cli.frameworks.base import CHECKPOINT_MOUNT, CONFIG_MOUNT
+from cw_cli.frameworks.base import CONFIG_MOUNT
 from cw_cli.frameworks.runtime_files import EVAL_FILE, PIP_FILE, runtime_file, with_requirements
 from cw_cli.labels import COMPONENT_LABEL, EVAL, GPU_RESOURCE
 from cw_cli.render.pod_parts import CONTAINER_SECURITY, POD_SECURITY
@@ -149,21 +149,11 @@ def eval_manifests(
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The evaluation's Job (first: it owns the rest) and ConfigMap; the Job alone where it mounts
     the run's ConfigMap (``run_config_map``: the per-checkpoint evaluations, whose files it holds)."""
+    from cw_cli.render.export import job_volumes
+
     name = eval_name(facts.run_name, target)
     labels = {**facts.labels, COMPONENT_LABEL: EVAL, **(extra_labels or {})}
-    volumes: list[dict[str, Any]] = [
-        {"name": "config", "configMap": {"name": run_config_map or name}},
-        {"name": "checkpoints", "persistentVolumeClaim": {"claimName": facts.claim}},
-    ]
-    mounts: list[dict[str, Any]] = [
-        {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
-        {"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT},
-    ]
-    if facts.hf_cache_claim:
-        from cw_cli.render.storage import HF_CACHE_MOUNT
-
-        volumes.append({"name": "hf-cache", "persistentVolumeClaim": {"claimName": facts.hf_cache_claim}})
-        mounts.append({"name": "hf-cache", "mountPath": HF_CACHE_MOUNT})
+    volumes, mounts = job_volumes(facts, run_config_map or name)
     limits: dict[str, Any] = {"cpu": resources.cpu, "memory": resources.memory}
     if resources.gpu:
         limits[GPU_RESOURCE] = resources.gpu

@@ -189,12 +189,11 @@ def export_env(facts: ExportFacts, choice: ExportChoice) -> list[dict[str, Any]]
     return env
 
 
-def export_manifests(facts: ExportFacts, choice: ExportChoice, namespace: str | None = None) -> list[dict[str, Any]]:
-    """The export's Job (first: it owns the rest) and ConfigMap."""
-    name = export_name(facts.run_name, choice)
-    labels = {**facts.labels, COMPONENT_LABEL: EXPORT}
+def job_volumes(facts: ExportFacts, config_map: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts) of an after-training Job: its files, the run's checkpoint volume and the
+    Hugging Face cache where the run has one."""
     volumes: list[dict[str, Any]] = [
-        {"name": "config", "configMap": {"name": name}},
+        {"name": "config", "configMap": {"name": config_map}},
         {"name": "checkpoints", "persistentVolumeClaim": {"claimName": facts.claim}},
     ]
     mounts: list[dict[str, Any]] = [
@@ -206,6 +205,14 @@ def export_manifests(facts: ExportFacts, choice: ExportChoice, namespace: str | 
 
         volumes.append({"name": "hf-cache", "persistentVolumeClaim": {"claimName": facts.hf_cache_claim}})
         mounts.append({"name": "hf-cache", "mountPath": HF_CACHE_MOUNT})
+    return volumes, mounts
+
+
+def export_manifests(facts: ExportFacts, choice: ExportChoice, namespace: str | None = None) -> list[dict[str, Any]]:
+    """The export's Job (first: it owns the rest) and ConfigMap."""
+    name = export_name(facts.run_name, choice)
+    labels = {**facts.labels, COMPONENT_LABEL: EXPORT}
+    volumes, mounts = job_volumes(facts, name)
     limits: dict[str, Any] = {"cpu": choice.cpu, "memory": choice.memory}
     if choice.gpu:
         limits[GPU_RESOURCE] = choice.gpu
