@@ -62,7 +62,7 @@ def _registry(registry: FrameworkRegistry | None) -> FrameworkRegistry:
 
 
 def _stage_refs(pipeline: Pipeline, registry: FrameworkRegistry) -> tuple[Pipeline, dict[str, tuple[str, str]]]:
-    """The stages whose model is another stage's (``run:STAGE`` in its config): each then waits for
+    """The stages whose model is another stage's (``run:STAGE`` in its config or ``set:``): each then waits for
     that stage. Returns the pipeline so ordered and stage -> (model key, referenced stage)."""
     from cw_cli.config.pipeline import with_dependency
     from cw_cli.render.run_refs import PREFIX, parse_ref
@@ -77,7 +77,7 @@ def _stage_refs(pipeline: Pipeline, registry: FrameworkRegistry) -> tuple[Pipeli
         except CwError as exc:
             raise ConfigError([f"{pipeline.path}: stage {stage.name}: {exc.message}"], hint=exc.hint) from None
         key = loaded.framework.model_key
-        value = read_config(stage.config).data.get(key)
+        value = stage.assignments[key] if key in stage.assignments else read_config(stage.config).data.get(key)  # `set:` wins
         if not (isinstance(value, str) and value.startswith(PREFIX)):
             continue
         ref = parse_ref(stage.config, key, value)

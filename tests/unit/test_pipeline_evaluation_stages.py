@@ -124,3 +124,15 @@ def test_an_evaluation_stages_tasks_replace_the_evaluated_stages(tmp_path):
     settings = json.loads(config_map["data"]["cw-eval.json"])
     assert settings["tasks"] == ["hellaswag"] and settings["backend"] == "hf" and settings["gpu"] == 0
     assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "2", "memory": "32Gi"}
+
+
+def test_the_shipped_example_pipeline_plans_sft_then_dpo_from_it_then_its_evaluation():
+    from unit_helpers import CONFIGS
+
+    planned = plan_pipeline(CONFIGS / "pipeline-rlhf.yaml")  # dpo's model is `set:` to run:sft: it waits for sft
+    assert [(s.name, s.after, s.plan.run_name) for s in planned.stages] == [
+        ("sft", (), "rlhf-sft"), ("dpo", ("sft",), "rlhf-dpo"), ("eval", ("dpo",), "rlhf-dpo-eval-final")]  # fmt: skip
+    mounted = yaml.safe_load(next(m for m in planned.runs["dpo"].manifests if m["kind"] == "ConfigMap")["data"]["config.yaml"])
+    assert mounted["model_name_or_path"].startswith("/checkpoints/rlhf-sft")
+    settings = json.loads(planned.stages[-1].plan.manifests[1]["data"]["cw-eval.json"])
+    assert settings["tasks"] == ["hellaswag"] and settings["metric"] == "hellaswag/acc_norm"
