@@ -238,8 +238,8 @@ def watch_notice(config: RunConfig, services_only: bool, kind_watches: bool) -> 
     spec = config.cluster.eval
     if spec is None or not spec.every_checkpoint or services_only or watches(config, services_only, kind_watches):
         return []
-    why = "its outputs are on no volume" if not config.cluster.keeps_outputs else "it runs as a JobSet"
-    return [f"eval: checkpoints are not evaluated while training goes on, since {why}; evaluate them with cw eval RUN"]
+    return ["eval: checkpoints are not evaluated while training goes on, since its outputs are on no volume; "
+            "evaluate them with cw eval RUN"]
 
 
 def watch_files(config: RunConfig, run_name: str, run_dir: str, labels: dict[str, str], image: str, pull_policy: str,

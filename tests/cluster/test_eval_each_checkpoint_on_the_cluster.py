@@ -109,3 +109,36 @@ def test_one_lower_priority_evaluation_job_per_complete_checkpoint(kube_api, nam
         raise AssertionError("the watcher's token listed Secrets")
     except urllib.error.HTTPError as exc:
         assert exc.code == 403
+
+
+def test_a_jobset_runs_trainer_pods_run_the_watcher_with_its_own_account(queued_namespace, tmp_path, wait_for):
+    """A multi-node run is a JobSet: its layout keeps the watcher's ServiceAccount, Role and
+    RoleBinding, so the JobSet controller's trainer pods are admitted under `<run>-eval` with the
+    sidecar, and that account's token creates the evaluation Job of a complete checkpoint."""
+    api, env, namespace = queued_namespace
+    create_bound_volumes(api, namespace, "ckpts")
+    config = {**KEPT, "nodes": 2, "jobset": True, "gpu": 8}
+    launched = run_cw(env, "trl", "sft", str(write_config(tmp_path, config)), "--name", "gangev", "-n", namespace,
+                      "--context", "cw-test", timeout=180)  # fmt: skip
+    assert launched.returncode == 0, launched.stderr
+    assert "created JobSet gangev" in launched.stderr and "not evaluated" not in launched.stderr
+    core = client.CoreV1Api(api)
+    selector = "cw-cli.dev/run=gangev,app.kubernetes.io/component=trainer"
+    pods = wait_for(lambda: len(items := core.list_namespaced_pod(namespace, label_selector=selector).items) == 2 and items,
+                    90, what="the JobSet's two trainer pods")  # fmt: skip
+    assert {p.spec.service_account_name for p in pods} == {"gangev-eval"}
+    sidecar = next(c for c in pods[0].spec.init_containers if c.name == "eval-watch")
+    data = core.read_namespaced_config_map("gangev-config", namespace).data
+    for key in ("cw_eval_watch.py", "cw-eval-job.json", "cw_eval.py"):
+        (tmp_path / key).write_text(data[key])
+    token = tmp_path / "token"
+    token.write_text(core.create_namespaced_service_account_token(
+        "gangev-eval", namespace, {"spec": {"expirationSeconds": 600}}).status.token)  # fmt: skip
+    run_dir = tmp_path / "volume" / "gangev" / "outputs" / "sft"
+    _checkpoints(run_dir)
+    # The Job controller adds JOB_COMPLETION_INDEX (a fieldRef) to each container of an Indexed Job's pods.
+    sidecar.env = [e for e in sidecar.env if e.value is not None]
+    said = _watch(api, namespace, tmp_path / "cw_eval_watch.py", sidecar, run_dir, token)
+    assert "checkpoint-5: created evaluation Job gangev-eval-5" in said, said
+    jobs = client.BatchV1Api(api).list_namespaced_job(namespace, label_selector="app.kubernetes.io/component=eval").items
+    assert sorted(j.metadata.name for j in jobs) == ["gangev-eval-10", "gangev-eval-5"]

@@ -161,14 +161,19 @@ def test_cw_metrics_of_a_run_folder_has_the_evaluation_curve_over_steps(tmp_path
     assert series["eval_hellaswag/acc_norm"] == [(10, 0.25)] and len(series["loss"]) == 20
 
 
-def test_a_jobset_run_says_its_checkpoints_are_not_evaluated_while_it_trains(tmp_path):
+def test_a_jobset_run_evaluates_each_checkpoint_with_the_watchers_own_account(tmp_path):
     from unit_helpers import plan_for
 
     block = {"tasks": ["hellaswag"], "metric": "hellaswag/acc_norm"}
     plan = plan_for("trl", "sft", write_config(tmp_path, {**BASE, "gpu": 8, "nodes": 2, "jobset": True, "eval": block}),
                     run_name="js", jobset_available=True)  # fmt: skip
-    assert plan.owner_kind == "JobSet" and "eval-watch" not in json.dumps(plan.manifests)
-    assert any("not evaluated while training goes on, since it runs as a JobSet" in note for note in plan.notices)
+    assert plan.owner_kind == "JobSet" and not any("not evaluated" in note for note in plan.notices)
+    kinds = {(m["kind"], m["metadata"]["name"]) for m in plan.manifests}
+    assert {("ServiceAccount", "js-eval"), ("Role", "js-eval"), ("RoleBinding", "js-eval")} <= kinds
+    trainer = next(r for r in plan.manifests[0]["spec"]["replicatedJobs"] if r["name"] == "trainer")
+    pod = trainer["template"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "js-eval"
+    assert any("cw_eval_watch" in json.dumps(c) for c in pod.get("initContainers", []) + pod["containers"])
 
 
 def test_scores_go_to_w_and_b_over_the_trainers_step_where_the_run_reports_there(tmp_path):

@@ -129,7 +129,7 @@ def test_an_evaluation_stages_tasks_replace_the_evaluated_stages(tmp_path):
 def test_the_shipped_example_pipeline_plans_sft_then_dpo_from_it_then_its_evaluation():
     from unit_helpers import CONFIGS
 
-    planned = plan_pipeline(CONFIGS / "pipeline-rlhf.yaml")  # dpo's model is `set:` to run:sft: it waits for sft
+    planned = plan_pipeline(CONFIGS / "pipelines" / "rlhf.yaml")  # dpo's model is `set:` to run:sft: it waits for sft
     assert [(s.name, s.after, s.plan.run_name) for s in planned.stages] == [
         ("sft", (), "rlhf-sft"), ("dpo", ("sft",), "rlhf-dpo"), ("eval", ("dpo",), "rlhf-dpo-eval-final")]  # fmt: skip
     mounted = yaml.safe_load(next(m for m in planned.runs["dpo"].manifests if m["kind"] == "ConfigMap")["data"]["config.yaml"])

@@ -65,7 +65,8 @@ class Parts(Struct):
         trainer: The trainer Job, or None with ``--services``.
         configmap: The run's ConfigMap.
         node_service: The headless Service of a multi-node trainer's pods, or None.
-        keeper_rbac: The keepers' ServiceAccount, Role and RoleBinding (empty without a keeper).
+        keeper_rbac: The run's own ServiceAccounts, Roles and RoleBindings: the keepers' (where the
+            kind keeps its servers) and the evaluation watcher's (where it runs).
         network_policy: The run's NetworkPolicy.
         servers: The servers, in start order.
     """

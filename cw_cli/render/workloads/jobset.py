@@ -122,7 +122,7 @@ class JobSetOwner(WorkloadKind):
 
     kind = "JobSet"
     server_keeper = False  # the JobSet ends its servers' Jobs when the trainer's succeeds
-    eval_watcher = False  # its layout keeps no RBAC objects of the run's for the watcher's identity
+    eval_watcher = True  # every node's trainer pod runs the watcher (creating a Job twice is a no-op)
     add_on = True
 
     def master_address(self, run_name: str, names: dict[str, str]) -> str:
@@ -137,7 +137,9 @@ class JobSetOwner(WorkloadKind):
         servers = [(server.role, _without_account(server.deployment)) for server in parts.servers]
         jobset = gang(parts.run_name, labels, parts.trainer, servers, parts.max_restarts)
         # JobSet's own headless Service names the pods; the servers keep their Services.
-        manifests = [jobset, parts.configmap, parts.network_policy, *(server.service for server in parts.servers)]
+        # keeper_rbac holds no keeper's here (server_keeper is False): the evaluation watcher's, if any.
+        manifests = [jobset, parts.configmap, *parts.keeper_rbac, parts.network_policy,
+                     *(server.service for server in parts.servers)]  # fmt: skip
         return Layout(manifests, self.name(parts.run_name), [server.name for server in parts.servers])
 
     def name(self, run_name: str) -> str:
