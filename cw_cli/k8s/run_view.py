@@ -108,6 +108,7 @@ def collect_runs(
     """The runs' views, and each run's owners (Job or JobSet), keyed by (namespace, run)."""
     runs: dict[tuple[str, str], RunView] = {}
     owners: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
+    trained: set[tuple[str, str]] = set()  # runs whose trainer owner was seen: it alone says their state
     for kind, obj in objects:
         labels = obj["metadata"].get("labels") or {}
         name = labels.get(RUN_LABEL)
@@ -125,9 +126,14 @@ def collect_runs(
             view.created = created
         owner = OWNERS.get(kind)
         if owner is not None:
+            view.gpus += owner.gpus(obj)
+            # An evaluation or export Job carries the run's labels too; it never speaks for the run
+            # (only where the trainer's owner is gone, e.g. deleted after its TTL).
+            if labels.get(COMPONENT_LABEL, TRAINER) != TRAINER and (key in trained or _has_trainer(objects, key, namespace)):
+                continue
+            trained.add(key)
             view.links.update(_links(obj))
             view.state = owner.state(obj)
-            view.gpus += owner.gpus(obj)
             restarts = owner.restarts(obj)  # only a kind that restarts the whole gang counts them
             if restarts is not None:
                 view.restarts, view.restarts_counted_by = restarts, owner.kind
@@ -139,6 +145,16 @@ def collect_runs(
             view.state = "Services only"
         count_restarts(view, owners.get(key, []), None)  # a Job's from its own count until its pods are read
     return runs, owners
+
+
+def _has_trainer(objects: list[tuple[str, dict[str, Any]]], key: tuple[str, str], namespace: str) -> bool:
+    """Whether the run ``key`` has a trainer owner among ``objects``."""
+    for kind, obj in objects:
+        labels = obj["metadata"].get("labels") or {}
+        if (kind in OWNERS and labels.get(RUN_LABEL) == key[1] and labels.get(COMPONENT_LABEL, TRAINER) == TRAINER
+                and (obj["metadata"].get("namespace") or namespace) == key[0]):
+            return True
+    return False
 
 
 def progress_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
