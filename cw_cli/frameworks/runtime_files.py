@@ -15,6 +15,7 @@ ENTRYPOINT_FILE = "cw_entrypoint.py"  # resumes from the newest checkpoint in ou
 FAULT_FILE = "cw_fault.py"  # beside the entrypoint: stop at a step end on SIGTERM, catch stalls
 NOTIFY_FILE = "cw_notify.py"  # beside the entrypoint with `notify:`: tells the user from the cluster
 PROGRESS_FILE = "cw_progress.py"  # beside cw_fault: the [cw-progress] line `cw status` and `cw list` read
+VF_RESUME_FILE = "cw_vf_resume.py"  # beside cw_fault in a verifiers run: RLTrainer resumes after a restart
 IDENTITY_ENV = "CW_RUN_IDENTITY"  # framework/type/model/config hash of the run, read by cw_entrypoint.py
 RESUME_CHANGED_ENV = "CW_RESUME_CHANGED_CONFIG"  # --resume: continue a folder's checkpoints under a new config
 PIP_FILE = "cw_pip.py"  # pip-installs the run's requirements, then execs the command
@@ -34,6 +35,7 @@ _SOURCES = {
     FAULT_FILE: "cw_fault.py",
     NOTIFY_FILE: "cw_notify.py",
     PROGRESS_FILE: "cw_progress.py",
+    VF_RESUME_FILE: "cw_vf_resume.py",
     PIP_FILE: "cw_pip.py",
     WAIT_FILE: "cw_wait.py",
     CODE_FILE: "cw_code.py",

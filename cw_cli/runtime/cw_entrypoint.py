@@ -14,7 +14,9 @@ that step with its optimizer, scheduler and RNG state.
 
 Nothing is added when the user already set ``resume_from_checkpoint`` (config or command
 line), when ``CW_AUTO_RESUME`` is ``0``/``false``/``no``, when there is no checkpoint yet, or
-with ``--no-resume`` (frameworks that resume by themselves, such as Axolotl).
+with ``--no-resume`` (frameworks that resume by themselves, such as Axolotl). With
+``--no-resume`` the newest complete checkpoint, if any, is named in ``CW_RESUME_CHECKPOINT``
+instead, for a framework cw resumes inside its process (verifiers, ``cw_vf_resume.py``).
 
 Before anything runs, the working directory (the run's folder, ``/checkpoints/<run>``) is
 claimed for this run: ``.cw-run.json`` records the framework, training type and model of
@@ -53,6 +55,8 @@ _PREFIX = "[cw-launch]"
 MARKER = ".cw-run.json"
 COMPLETE_MARKER = ".cw-complete"  # cw_fault.COMPLETE_MARKER: every rank finished the checkpoint
 IDENTITY_ENV = "CW_RUN_IDENTITY"
+#: With ``--no-resume``: the newest complete checkpoint, for a framework resumed inside its process.
+RESUME_ENV = "CW_RESUME_CHECKPOINT"  # cw_vf_resume.CHECKPOINT_ENV
 FOREIGN_FOLDER_EXIT = 3
 
 
@@ -264,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             moved = set_aside_incomplete(os.getcwd())
             if moved:
                 reason += f" (incomplete {', '.join(moved)} moved to .cw/incomplete/)"
+            reason += _name_checkpoint(os.environ)
     else:
         command, reason = build_command(argv)
     print(f"{_PREFIX} {reason}", file=sys.stderr, flush=True)
@@ -285,6 +290,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{_PREFIX} exec: {' '.join(command)}", file=sys.stderr, flush=True)
     os.execvp(command[0], command)
     return 127  # pragma: no cover - execvp does not return
+
+
+def _name_checkpoint(environ: Any) -> str:
+    """Name the newest complete checkpoint of the run's folder in ``CW_RESUME_CHECKPOINT`` for a
+    framework cw resumes inside its process (verifiers: ``cw_vf_resume.py``); others ignore it.
+
+    Returns:
+        What to add to the log line.
+    """
+    environ.pop(RESUME_ENV, None)  # never one inherited from elsewhere
+    if str(environ.get("CW_AUTO_RESUME", "1")).strip().lower() in ("0", "false", "no", "off"):
+        return ""
+    checkpoint = latest_checkpoint(os.getcwd())
+    if checkpoint is None:
+        return ""
+    environ[RESUME_ENV] = str(checkpoint)
+    return f"; newest complete checkpoint {checkpoint} ({RESUME_ENV})"
 
 
 def _notifier() -> Any:

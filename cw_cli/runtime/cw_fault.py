@@ -25,7 +25,9 @@ Two halves:
   agree with an all-reduce (MAX) over a gloo group so all stop at the same step, then Trainer
   saves a checkpoint and the callback ends the process (exit 0) once every rank has saved. Each
   checkpoint Trainer saves gets a ``.cw-complete`` file after all ranks wrote theirs: a save cut
-  short has none, and ``cw_entrypoint.latest_checkpoint`` skips it.
+  short has none, and ``cw_entrypoint.latest_checkpoint`` skips it. In a verifiers run it also
+  hooks ``verifiers.rl.trainer.trainer``: ``cw_vf_resume.py`` (shipped beside this file there
+  only) makes RLTrainer resume from ``CW_RESUME_CHECKPOINT``.
 
 Environment (set by the supervisor for its command unless noted): ``CW_FT_DIR`` (a pod-local
 folder: heartbeats, stop file, stack files), ``CW_FT_RUN_DIR`` (the run's folder, for
@@ -363,34 +365,55 @@ def _arm_process_stacks() -> None:
 _PROCESS_STACKS: Any = None
 
 
+def _patch_verifiers(module: Any) -> None:
+    """verifiers' RLTrainer resumes (``cw_vf_resume.py``, shipped beside this file in a verifiers
+    run only: without it, nothing is patched)."""
+    try:
+        import cw_vf_resume
+    except ImportError:
+        return
+    cw_vf_resume.patch(module)
+
+
+#: Module -> what patches it once it is imported (in every process of the command).
+_PATCHES = {"transformers.trainer": patch_trainer, "verifiers.rl.trainer.trainer": _patch_verifiers}
+
+
 def activate() -> None:
-    """Patch ``transformers.trainer.Trainer`` as soon as it is imported (called by the shim)."""
+    """Patch ``transformers.trainer.Trainer`` (and verifiers' RLTrainer) as soon as they are
+    imported (called by the shim)."""
     import importlib.abc
 
     _arm_process_stacks()
-    target = "transformers.trainer"
-    if target in sys.modules:
-        patch_trainer(sys.modules[target])
+    waiting = {}
+    for target, patcher in _PATCHES.items():
+        if target in sys.modules:
+            patcher(sys.modules[target])
+        else:
+            waiting[target] = patcher
+    if not waiting:
         return
     if any(getattr(finder, "cw_fault_hook", False) for finder in sys.meta_path):
         return  # already armed in this process (a second shim on the path, or a second copy of this file)
 
     class _Loader(importlib.abc.Loader):
-        def __init__(self, inner: Any) -> None:
+        def __init__(self, inner: Any, patcher: Any) -> None:
             self.inner = inner
+            self.patcher = patcher
 
         def create_module(self, spec: Any) -> Any:
             return self.inner.create_module(spec)
 
         def exec_module(self, module: Any) -> None:
             self.inner.exec_module(module)
-            patch_trainer(module)
+            self.patcher(module)
 
     class _Finder(importlib.abc.MetaPathFinder):
         cw_fault_hook = True
 
         def find_spec(self, name: str, path: Any, target_module: Any = None) -> Any:
-            if name != target:
+            patcher = waiting.get(name)
+            if patcher is None:
                 return None
             for finder in sys.meta_path:
                 # Any cw hook (this one, or one another copy armed) would ask the others again: endless.
@@ -399,7 +422,7 @@ def activate() -> None:
                 spec = finder.find_spec(name, path, target_module)
                 if spec is not None:
                     if spec.loader is not None:
-                        spec.loader = _Loader(spec.loader)
+                        spec.loader = _Loader(spec.loader, patcher)
                     return spec
             return None
 

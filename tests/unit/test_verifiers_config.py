@@ -66,7 +66,8 @@ def test_trainer_runs_verifiers_own_vf_train_under_deepspeed_after_installing_it
         "-m", "verifiers.scripts.train", "@", "/etc/cw/config.toml",
     ]  # fmt: skip
     data = obj(plan, "ConfigMap", f"{RUN}-config")["data"]
-    assert set(data) == {"config.toml", "cw_reverse_text.py", "cw_pip.py", "cw_entrypoint.py", "cw_fault.py", "cw_progress.py", "cw_keeper.py"}
+    assert set(data) == {"config.toml", "cw_reverse_text.py", "cw_pip.py", "cw_entrypoint.py", "cw_fault.py", "cw_progress.py", "cw_keeper.py",
+                         "cw_vf_resume.py"}  # fmt: skip
 
 
 def test_server_runs_vf_vllm_with_inference_args_and_exposes_the_weight_sync_port():

@@ -12,7 +12,8 @@ from cw_cli.frameworks.verifiers.pins import CONFIG_NAME, PRIME_CLI, VERIFIERS_I
 
 
 class VerifiersLaunch(Launch):
-    """vf-train takes no checkpoint (a restart starts again from `model`: docs/fault-tolerance.md);
+    """vf-train takes no checkpoint: cw's entrypoint names the newest complete one and
+    cw_vf_resume.py (beside cw_fault.py) resumes RLTrainer from it (docs/fault-tolerance.md);
     a user script takes vf-train's own arguments."""
 
     script_reads_its_own_keys = False  # a script takes vf-train's own `@ config.toml` arguments
@@ -39,11 +40,12 @@ class VerifiersLaunch(Launch):
         return packages
 
     def launch_notes(self, config: dict[str, Any], context: RunContext) -> list[str]:
-        # vf-train calls trainer.train() without a checkpoint (verifiers/scripts/train.py), and
-        # RLTrainer cannot simply be resumed (docs/fault-tolerance.md, "After a restart").
+        why = _why_no_resume(config, context)
+        if why is None:
+            return []
         return [
-            "verifiers does not resume: a restart of the trainer (preemption, stall, failure) starts again at step 0 "
-            f"from `model` ({config.get('model')}); to go on from a checkpoint, set `model:` to it "
+            f"a restart of the trainer (preemption, stall, failure) will not resume: {why}; it starts again at step 0 "
+            f"from `model` ({config.get('model')}). To go on from a checkpoint, set `model:` to it "
             f"(e.g. {context.output_dir}/checkpoint-<step>) and launch under another --name (docs/training.md, verifiers)"
         ]
 
@@ -76,3 +78,20 @@ class VerifiersLaunch(Launch):
 def _module_name(env_id: str) -> str:
     """The module verifiers imports for an environment id (its own rule: last path part, '-' -> '_')."""
     return env_id.replace("-", "_").split("/")[-1]
+
+
+def _off(value: object) -> bool:
+    return str(value).strip().lower() in ("0", "false", "no", "off")
+
+
+def _why_no_resume(config: dict[str, Any], context: RunContext) -> str | None:
+    """Why cw's resume of RLTrainer cannot work for this run, or None when it can."""
+    env = context.cluster.env
+    for name, what in (("CW_FAULT_TOLERANCE", "cw's patch of RLTrainer"), ("CW_AUTO_RESUME", "the resume")):
+        if name in env and _off(env[name]):
+            return f"`env: {name}: {env[name]}` turns off {what}"
+    output_dir = config.get("trainer", {}).get("args", {}).get("output_dir")
+    if output_dir not in (None, context.output_dir):
+        return (f"`trainer.args.output_dir` is {output_dir}, not the run's folder {context.output_dir} where cw looks "
+                "for checkpoints")
+    return None

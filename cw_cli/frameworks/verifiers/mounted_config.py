@@ -3,10 +3,12 @@ and GPU counts written in, checked against what cw manages."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from cw_cli.frameworks.base import MountedConfig, RunContext
 from cw_cli.frameworks.distributed import total_processes
+from cw_cli.frameworks.runtime_files import VF_RESUME_FILE, runtime_file
 from cw_cli.frameworks.servers import server_sizing
 from cw_cli.frameworks.verifiers.pins import CONFIG_NAME, SERVER_MANAGED_ARGS, VLLM_PORT, mapping_at
 
@@ -46,6 +48,11 @@ class VerifiersMountedConfig(MountedConfig):
         config["inference"] = inference
         config["trainer"] = {**mapping_at(native, "trainer"), "gpus": context.gpus, "args": args}
         return config
+
+    def config_files(self, native: dict[str, Any], context: RunContext, base_dir: Path) -> dict[str, str]:
+        # Beside cw_fault.py, which imports it when verifiers' trainer is imported: a restarted
+        # trainer resumes from the newest complete checkpoint (docs/fault-tolerance.md).
+        return {} if context.services_only else {VF_RESUME_FILE: runtime_file(VF_RESUME_FILE)}
 
     def serialize_config(self, config: dict[str, Any]) -> str:
         import tomli_w  # lazily: only verifiers runs need it
