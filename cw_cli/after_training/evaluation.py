@@ -59,7 +59,7 @@ def flag_settings(tasks: list[str], metric: str | None, limit: float | None, gpu
     """
     from pydantic import ValidationError
 
-    from cw_cli.config.eval_tasks import check_eval, registry
+    from cw_cli.config.eval_tasks import check_eval, registry, score_name
     from cw_cli.config.evaluation import EvalSpec
     from cw_cli.render.evaluation import pod_spec
 
@@ -67,7 +67,11 @@ def flag_settings(tasks: list[str], metric: str | None, limit: float | None, gpu
     task = tasks[0] if tasks else ""
     if chosen.partition("/")[0] not in tasks and metric is None:  # the first score the first task reports
         known = registry()["tasks"].get(task)
-        chosen = f"{task}/{known['metrics'][0]}" if known and "none" in known["filters"] else f"{task}/acc"
+        if known and known["metrics"]:  # a generation task reports its metric under its first filter only
+            filtered = "none" if "none" in known["filters"] or not known["filters"] else known["filters"][0]
+            chosen = score_name(task, f"{known['metrics'][0]},{filtered}")
+        else:
+            chosen = f"{task}/acc"
     try:
         spec = EvalSpec(tasks=tasks, metric=chosen, limit=limit, gpu=gpu,
                         higher_is_better=bool((run or {}).get("higher_is_better", True)))  # fmt: skip
