@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from cw_cli.after_training.helper_pods import create_job_and_its_config_map
 from cw_cli.client.connection import Kube
 from cw_cli.config.evaluation import LM_EVAL_REQUIREMENT
 from cw_cli.errors import ConfigError, Conflict
@@ -139,12 +140,7 @@ def create_eval(kube: Kube, facts: ExportFacts, settings: dict[str, Any], chosen
         raise Conflict(f"an evaluation {name} exists already (running, or kept {EVAL_TTL_HOURS} h after it ended)",
                        hint=f"follow it with cw logs {facts.run_name} --role eval, or delete it: kubectl delete job {name}")  # fmt: skip
     job, config_map = eval_manifests(facts, settings, chosen, resources, requirements=[LM_EVAL_REQUIREMENT])
-    created = kube.create(job)
-    config_map["metadata"]["ownerReferences"] = [
-        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": created["metadata"]["uid"],
-         "controller": True, "blockOwnerDeletion": True}
-    ]  # fmt: skip
-    kube.create(config_map)
+    create_job_and_its_config_map(kube, job, config_map)
     return name
 
 

@@ -4,6 +4,7 @@ refuse what cannot be exported before creating anything."""
 
 from __future__ import annotations
 
+from cw_cli.after_training.helper_pods import create_job_and_its_config_map
 from cw_cli.client.connection import Kube
 from cw_cli.errors import ConfigError, Conflict
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
@@ -70,10 +71,5 @@ def create_export(kube: Kube, facts: ExportFacts, choice: ExportChoice) -> str:
         raise Conflict(f"an export {name} exists already (running, or kept {EXPORT_TTL_HOURS} h after it ended)",
                        hint=f"follow it with cw logs {facts.run_name} --role export, or delete it: kubectl delete job {name}")  # fmt: skip
     job, config_map = export_manifests(facts, choice)
-    created = kube.create(job)
-    config_map["metadata"]["ownerReferences"] = [
-        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": created["metadata"]["uid"],
-         "controller": True, "blockOwnerDeletion": True}
-    ]  # fmt: skip
-    kube.create(config_map)
+    create_job_and_its_config_map(kube, job, config_map)
     return name

@@ -132,3 +132,15 @@ def wait_running(
             raise WaitTimeout(f"the {what} {name} is not {goal} after {int(timeout_s)} s: {why}",
                               hint=f"kubectl describe pod {name}; kubectl logs {name}")  # fmt: skip
         time.sleep(poll_s)
+
+
+def create_job_and_its_config_map(kube: Kube, job: dict[str, Any], config_map: dict[str, Any]) -> dict[str, Any]:
+    """Create an after-training Job, then its ConfigMap owned by it (deleted with the Job, and
+    never left behind by a Job that could not be created). Returns the Job as created."""
+    created = kube.create(job)
+    config_map["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"], "uid": created["metadata"]["uid"],
+         "controller": True, "blockOwnerDeletion": True}
+    ]  # fmt: skip
+    kube.create(config_map)
+    return created
