@@ -11,8 +11,9 @@ own entrypoint options, on CPU in the verifiers environment (CW_VERIFIERS_PYTHON
 vf-train main, RLTrainer and HF Trainer run for real; only the server (VLLMClient), the
 generation, and deepspeed/wandb/liger_kernel (not installed here) are stand-ins
 (validate_verifiers_resume.py). The first pod gets SIGTERM after step 2 (cw_fault stops it at a
-step end with a checkpoint, exit 143); the second resumes from that checkpoint. vLLM and several
-ranks are not run here.
+step end with a checkpoint, exit 143); the second resumes from that checkpoint. LoRA in one
+process, and full weights on two gloo ranks under ``accelerate launch`` (as the pod launches
+vf-train). vLLM, GPUs and ZeRO-3 are not run here.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ bf16 = false
 use_liger = false
 use_lora = {str(use_lora).lower()}
 max_steps = {MAX_STEPS}
-batch_size = 4
+batch_size = 8
 micro_batch_size = 2
 rollouts_per_example = 2
 max_seq_len = 64
@@ -79,9 +80,9 @@ def _checkpoint_weights(python: str, checkpoint: Path, base: Path) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("use_lora", [True, False], ids=["lora", "full"])
+@pytest.mark.parametrize("use_lora,processes", [(True, 1), (False, 2)], ids=["lora-1-process", "full-2-ranks"])
 def test_a_restarted_verifiers_trainer_resumes_syncs_the_server_then_generates_the_resumed_batch(
-    render_plan, tmp_path, use_lora
+    render_plan, tmp_path, use_lora, processes
 ):
     python = _python_with("verifiers", "CW_VERIFIERS_PYTHON")
     manifests = render_plan("verifiers", "grpo", CONFIGS_DIR / "verifiers-grpo.yaml", run_name="t-vf", gpu=4)
@@ -104,10 +105,16 @@ def test_a_restarted_verifiers_trainer_resumes_syncs_the_server_then_generates_t
     config = tmp_path / "config.toml"
     config.write_text(_config_toml(tmp_path / "model", run, use_lora), encoding="utf-8")
 
+    program = [python, str(HERE / "validate_verifiers_resume.py"), "@", str(config)]
+    if processes > 1:  # as the pod runs vf-train: under accelerate launch (no GPU here: gloo ranks on CPU)
+        program = [str(Path(python).parent / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(processes),
+                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", *program[1:]]  # fmt: skip
+    venv_bin = str(Path(python).parent)
+
     def pod(name: str, **env: str) -> subprocess.CompletedProcess:
-        program = [python, str(HERE / "validate_verifiers_resume.py"), "@", str(config)]
         environ = {**os.environ, **OFFLINE_ENV, "PYTHONPATH": str(etc), "VF_RESUME_WORK": str(tmp_path),
-                   "VF_RESUME_RUN": name, "CW_STALL_TIMEOUT": "600", **env}  # fmt: skip
+                   "VF_RESUME_RUN": name, "CW_STALL_TIMEOUT": "600",
+                   "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}", **env}  # fmt: skip
         return subprocess.run([python, str(etc / "cw_entrypoint.py"), *options, "--", *program], cwd=run,
                               capture_output=True, text=True, timeout=600, env=environ)  # fmt: skip
 
@@ -123,7 +130,7 @@ def test_a_restarted_verifiers_trainer_resumes_syncs_the_server_then_generates_t
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     after = [e for e in events if e["run"] == "second"]
     assert after[0] == {"run": "second", "event": "imported", "cw_patched": True}
-    assert [e["step"] for e in after if e["event"] == "begin"] == [resumed_at]
+    assert [(e["step"], e["processes"]) for e in after if e["event"] == "begin"] == [(resumed_at, processes)]
     assert [e["step"] for e in after if e["event"] == "step"] == list(range(resumed_at + 1, MAX_STEPS + 1))
     assert not [e for e in after if e["event"] == "timeout"]
     # The first thing sent to the server is the checkpoint's weights; every batch is submitted

@@ -116,6 +116,16 @@ class RecordingClient:
         pass
 
 
+def _entrypoint_pid() -> int:
+    """The nearest ancestor running cw_entrypoint.py (this process's parent, or a launcher's)."""
+    pid = os.getppid()
+    while pid > 1:
+        if b"cw_entrypoint.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return pid
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    raise RuntimeError("cw_entrypoint.py is not an ancestor of this process")
+
+
 def install_stand_ins() -> None:
     _stub("deepspeed", zero=types.SimpleNamespace(GatheredParameters=lambda *a, **k: contextlib.nullcontext()))
     _stub("wandb", run=None, log=lambda *a, **k: None)
@@ -136,7 +146,8 @@ def install_stand_ins() -> None:
     from transformers import TrainerCallback
     from verifiers.rl.trainer.orchestrator import Batch, Microbatch
 
-    event("imported", cw_patched=bool(getattr(trainer_module.RLTrainer, "_cw_resume_patched", False)))
+    if os.environ.get("RANK", "0") == "0":
+        event("imported", cw_patched=bool(getattr(trainer_module.RLTrainer, "_cw_resume_patched", False)))
 
     class RecordingQueue(queue.Queue):
         def put(self, item, block=True, timeout=None) -> None:
@@ -148,6 +159,7 @@ def install_stand_ins() -> None:
         """verifiers' Orchestrator (its submit_batch, as patched) without generation."""
 
         def __init__(self, **kwargs) -> None:
+            self.processes = int(kwargs.get("num_processes", 1))
             self.request_queue = RecordingQueue()
             self.submitted: set[int] = set()
             self.is_generating = False
@@ -169,18 +181,22 @@ def install_stand_ins() -> None:
             rows = [[4 + (batch_id + i + j) % 14 for j in range(8)] for i in range(2)]
             micro = Microbatch(input_ids=rows, loss_mask=[[0, 0, 0, 1, 1, 1, 1, 1]] * 2,
                                sampling_logprobs=[[-1.0] * 8] * 2, advantages=[[1.0] * 8, [-1.0] * 8], items=2)  # fmt: skip
-            return Batch(batch_id=batch_id, microbatches=[[micro]], items_per_process=[2], global_item_count=2)
+            return Batch(batch_id=batch_id, microbatches=[[micro]] * self.processes, items_per_process=[2] * self.processes,
+                         global_item_count=2 * self.processes)  # fmt: skip
 
     trainer_module.Orchestrator = StandInOrchestrator
 
     class Steps(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs) -> None:
-            event("begin", step=state.global_step)
+            if state.is_world_process_zero:
+                event("begin", step=state.global_step, processes=args.world_size)
 
         def on_step_end(self, args, state, control, **kwargs) -> None:
+            if not state.is_world_process_zero:
+                return
             event("step", step=state.global_step)
             if state.global_step == int(os.environ.get("VF_RESUME_SIGTERM_AT", "0")):
-                os.kill(os.getppid(), signal.SIGTERM)
+                os.kill(_entrypoint_pid(), signal.SIGTERM)
 
     patched_init = trainer_module.RLTrainer.__init__
 
