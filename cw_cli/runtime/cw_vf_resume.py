@@ -32,6 +32,8 @@ import sys
 from typing import Any
 
 CHECKPOINT_ENV = "CW_RESUME_CHECKPOINT"
+#: The release whose RLTrainer this is written against (cw's pin); another is left alone.
+VERIFIERS_VERSION = "0.1.9.post3"
 _PREFIX = "[cw-launch]"
 _skip_batch_zero = False  # set while a resuming RLTrainer.__init__ runs
 
@@ -42,11 +44,25 @@ def resume_checkpoint(environ: Any = None) -> str | None:
     return path if path and os.path.isdir(path) else None
 
 
+def _installed_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("verifiers")
+    except PackageNotFoundError:
+        return None
+
+
 def patch(module: Any) -> None:
     """Patch ``module.RLTrainer`` (verifiers.rl.trainer.trainer) and its ``Orchestrator`` once."""
     trainer_cls = getattr(module, "RLTrainer", None)
     orchestrator_cls = getattr(module, "Orchestrator", None)
     if trainer_cls is None or orchestrator_cls is None or getattr(trainer_cls, "_cw_resume_patched", False):
+        return
+    found = _installed_version()
+    if found != VERIFIERS_VERSION:
+        print(f"{_PREFIX} verifiers {found}: cw resumes RLTrainer only for {VERIFIERS_VERSION}; a restart starts "
+              "again at step 0", file=sys.stderr, flush=True)  # fmt: skip
         return
     trainer_cls._cw_resume_patched = True
     original_init = trainer_cls.__init__
