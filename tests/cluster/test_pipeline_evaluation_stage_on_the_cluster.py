@@ -35,7 +35,7 @@ def test_the_evaluation_stage_is_created_only_after_the_dpo_stage_succeeded(kube
     assert launched.returncode == 0, launched.stderr
     assert "stage eval: evaluation evp-dpo-eval-final created in the cluster once dpo succeeded" in launched.stderr
     script, env = _keeper(kube_api, namespace, "evp", tmp_path)
-    completed_job(kube_api, namespace, "evp-sft-trainer", timeout=90)
+    completed_job(kube_api, namespace, "evp-sft-trainer", timeout=240)
     created = _once(script, env)  # sft succeeded: dpo is created, the evaluation waits for it
     assert created.returncode == 3 and "creating run evp-dpo" in created.stderr, created.stderr
     waiting = _once(script, env)
@@ -45,7 +45,7 @@ def test_the_evaluation_stage_is_created_only_after_the_dpo_stage_succeeded(kube
     listed = run_cw(cw_env, "list", "-n", namespace)
     assert "pipeline evp: not created yet: eval waiting" in listed.stderr, listed.stderr
 
-    dpo = completed_job(kube_api, namespace, "evp-dpo-trainer", timeout=120)
+    dpo = completed_job(kube_api, namespace, "evp-dpo-trainer", timeout=240)
     finished = max(c.last_transition_time for c in dpo.status.conditions if c.type == "Complete")
     evaluated = _once(script, env)
     assert "creating run evp-dpo-eval-final" in evaluated.stderr, evaluated.stderr
@@ -60,7 +60,7 @@ def test_the_evaluation_stage_is_created_only_after_the_dpo_stage_succeeded(kube
     assert json.loads(config_map.data["cw-eval.json"])["tasks"] == ["hellaswag"] and "cw_eval.py" in config_map.data
     assert config_map.metadata.owner_references[0].uid == job.metadata.uid  # the Job's TTL removes both
 
-    keeper = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=150)
+    keeper = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert keeper.returncode == 0, keeper.stderr  # the evaluation's pod ends (KWOK): every stage decided
     assert _states(kube_api, namespace, "evp") == {"sft": "Succeeded", "dpo": "Succeeded", "eval": "Succeeded"}
     listed = run_cw(cw_env, "list", "-n", namespace)
@@ -74,10 +74,10 @@ def test_the_evaluation_stage_is_skipped_when_the_dpo_stage_fails(kube_api, name
     launched = run_cw(cw_env, "pipeline", str(_pipeline(tmp_path, "evbad", {**DPO, **FAILING})), "-n", namespace, timeout=180)
     assert launched.returncode == 0, launched.stderr
     script, env = _keeper(kube_api, namespace, "evbad", tmp_path)
-    completed_job(kube_api, namespace, "evbad-sft-trainer", timeout=90)
+    completed_job(kube_api, namespace, "evbad-sft-trainer", timeout=240)
     created = _once(script, env)
     assert created.returncode == 3 and "creating run evbad-dpo" in created.stderr, created.stderr
-    completed_job(kube_api, namespace, "evbad-dpo-trainer", timeout=90, condition="Failed")
+    completed_job(kube_api, namespace, "evbad-dpo-trainer", timeout=240, condition="Failed")
     done = _once(script, env)
     assert done.returncode == 0 and "stage eval: skipped" in done.stderr, done.stderr
     assert _states(kube_api, namespace, "evbad") == {"sft": "Succeeded", "dpo": "Failed", "eval": "Skipped"}

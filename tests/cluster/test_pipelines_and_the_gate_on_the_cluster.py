@@ -88,7 +88,7 @@ def test_a_pipelines_dpo_stage_is_created_only_after_its_sft_stage_succeeded(kub
     assert listed.returncode == 0 and "rlhf/sft" in listed.stdout, listed.stderr
     assert "pipeline rlhf: not created yet: dpo waiting, eval waiting" in listed.stderr
 
-    sft = completed_job(kube_api, namespace, "rlhf-sft-trainer", timeout=90)
+    sft = completed_job(kube_api, namespace, "rlhf-sft-trainer", timeout=240)
     finished = max(c.last_transition_time for c in sft.status.conditions if c.type == "Complete")
     created = _once(script, env)
     assert created.returncode == 3 and "creating run rlhf-dpo" in created.stderr, created.stderr
@@ -104,7 +104,7 @@ def test_a_pipelines_dpo_stage_is_created_only_after_its_sft_stage_succeeded(kub
     status = run_cw(cw_env, "status", "rlhf-dpo", "-n", namespace)
     assert status.returncode == 0, status.stderr  # an ordinary run
 
-    keeper = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=150)
+    keeper = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert keeper.returncode == 0, keeper.stderr  # dpo succeeds, eval is created and succeeds: all decided
     assert _states(kube_api, namespace, "rlhf") == {"sft": "Succeeded", "dpo": "Succeeded", "eval": "Succeeded"}
     listed = run_cw(cw_env, "list", "-n", namespace)
@@ -116,7 +116,7 @@ def test_a_failed_stage_stops_the_rest_and_the_keeper_may_do_nothing_else(kube_a
     create_bound_volumes(kube_api, namespace, "ckpts")
     launched = run_cw(cw_env, "pipeline", str(_pipeline(tmp_path, "bad", {**KEPT, **FAILING})), "-n", namespace, timeout=180)
     assert launched.returncode == 0, launched.stderr
-    completed_job(kube_api, namespace, "bad-sft-trainer", timeout=90, condition="Failed")
+    completed_job(kube_api, namespace, "bad-sft-trainer", timeout=240, condition="Failed")
     script, env = _keeper(kube_api, namespace, "bad", tmp_path)
     done = _once(script, env)
     assert done.returncode == 0 and "stage dpo: skipped" in done.stderr, done.stderr
