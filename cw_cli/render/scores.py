@@ -73,9 +73,11 @@ def gate_of(owner: dict[str, Any]) -> Gate | None:
         return None
     try:
         value = json.loads(text)
-        return Gate(str(value["metric"]), float(value["max_drop"]), value.get("higher_is_better", True) is not False)
+        gate = Gate(str(value["metric"]), float(value["max_drop"]), value.get("higher_is_better", True) is not False)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
+    # A margin that compares as nothing (NaN, infinite, negative) is no gate cw recorded.
+    return gate if math.isfinite(gate.max_drop) and gate.max_drop >= 0 else None
 
 
 def _value(scores: Any, metric: str) -> float | None:
@@ -97,8 +99,11 @@ def best_checkpoint(listing: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: No checkpoint has scores (the message says how to get them).
     """
-    items = [a for a in listing.get("artifacts") or [] if isinstance(a, dict)]
-    scored = [a for a in items if a.get("kind") == "checkpoint" and a.get("complete") and isinstance(a.get("scores"), dict)]
+    listed = listing.get("artifacts")
+    items = [a for a in listed if isinstance(a, dict)] if isinstance(listed, list) else []
+    # Only a checkpoint with a step can be named (`checkpoint-N`); a listing is read from a pod.
+    scored = [a for a in items if a.get("kind") == "checkpoint" and a.get("complete") and isinstance(a.get("scores"), dict)
+              and isinstance(a.get("step"), int) and not isinstance(a.get("step"), bool)]  # fmt: skip
     deciding = next((a["scores"] for a in reversed(scored) if isinstance(a["scores"].get("metric"), str)), None)
     if deciding is None:
         run_dir = listing.get("run_dir", "the run's folder")

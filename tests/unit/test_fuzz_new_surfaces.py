@@ -1,0 +1,104 @@
+"""Fuzzing what this release's new surfaces read from outside cw: the trainer's `[cw-progress]`
+log lines (a server's answer: any pod may print anything), a pipeline file, the run listing with
+its scores files (read from the volume by a helper pod), a `run:` reference. Each either gives
+its result or refuses with cw's own error, never another exception."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cw_cli.config.pipeline import parse_pipeline
+from cw_cli.diagnosis.progress import LINE_PREFIX, training_progress
+from cw_cli.errors import CwError
+from cw_cli.render.naming import is_run_name
+from cw_cli.render.run_refs import parse_ref
+from cw_cli.render.scores import GATE_ANNOTATION, Gate, best_checkpoint, gate_of, gate_refusal
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | st.text(max_size=30)
+json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+                           max_leaves=25)  # fmt: skip
+progress_keys = st.sampled_from(["step", "total", "elapsed_s", "steps_per_s", "samples_per_s", "tokens_per_s",
+                                 "checkpoint", "checkpoint_at", "time"])  # fmt: skip
+
+
+@st.composite
+def progress_lines(draw) -> str:
+    body = draw(st.dictionaries(progress_keys | st.text(max_size=8), scalars, max_size=9))
+    text = json.dumps(body, allow_nan=True)
+    cut = draw(st.integers(0, len(text)))
+    noise = draw(st.sampled_from(["", "\r", "\x1b[2K", " 45%|####5     | 45/60 [00:20<00:06, 2.31it/s]\r"]))
+    return noise + LINE_PREFIX + " " + (text if draw(st.booleans()) else text[:cut])
+
+
+@SETTINGS
+@given(st.lists(progress_lines() | st.text(max_size=60), max_size=6))
+def test_any_log_tail_gives_progress_or_none(lines):
+    found = training_progress(lines)
+    if found is not None:
+        assert found.step >= 0 and found.total >= 0
+
+
+stage_bodies = st.dictionaries(
+    st.sampled_from(["framework", "type", "config", "set", "after", "evaluate", "tasks", "metric", "limit", "gpu",
+                     "checkpoint", "cpu", "memory"]) | st.text(max_size=8),
+    json_values, max_size=6)  # fmt: skip
+
+
+@SETTINGS
+@given(st.one_of(json_values, st.fixed_dictionaries({"name": json_values, "stages": st.dictionaries(st.text(max_size=10), stage_bodies, max_size=4)})))
+def test_any_pipeline_file_is_parsed_or_refused_with_cws_error(data):
+    try:
+        parse_pipeline(Path("/tmp/pipeline.yaml"), data, is_run_name)
+    except CwError:
+        pass
+
+
+artifacts = st.fixed_dictionaries(
+    {}, optional={"kind": st.sampled_from(["checkpoint", "final"]) | json_values, "complete": json_values,
+                  "step": json_values, "scores": json_values | st.fixed_dictionaries(
+                      {"metric": st.sampled_from(["t/acc"]) | json_values,
+                       "scores": st.dictionaries(st.sampled_from(["t/acc"]) | st.text(max_size=5), json_values, max_size=3)},
+                      optional={"higher_is_better": json_values})})  # fmt: skip
+
+
+# Well-formed but for the step: a listing from an older or foreign lister, or a folder named oddly.
+scored_checkpoints = st.fixed_dictionaries(
+    {"kind": st.just("checkpoint"), "complete": st.just(True),
+     "scores": st.fixed_dictionaries({"metric": st.just("t/acc"), "scores": st.fixed_dictionaries({"t/acc": st.floats(0, 1)})})},
+    optional={"step": json_values})  # fmt: skip
+
+
+@SETTINGS
+@given(st.fixed_dictionaries({}, optional={"artifacts": st.lists(scored_checkpoints | artifacts | json_values, max_size=5) | json_values,
+                                           "run_dir": json_values}),
+       json_values)
+def test_any_listing_gives_a_best_checkpoint_or_cws_error_and_the_gate_judges_it(listing, base_scores):
+    try:
+        chosen = best_checkpoint(listing)
+    except CwError:
+        return
+    verdict = gate_refusal(Gate(metric="t/acc", max_drop=0.02, higher_is_better=True), chosen, base_scores)
+    assert verdict is None or isinstance(verdict, str)
+
+
+@SETTINGS
+@given(st.text(max_size=80))
+def test_any_run_reference_is_parsed_or_refused_with_cws_error(text):
+    try:
+        parse_ref(Path("/tmp/config.yaml"), "model_name_or_path", text)
+    except CwError:
+        pass
+
+
+@SETTINGS
+@given(json_values | st.fixed_dictionaries({"metric": json_values, "max_drop": json_values}, optional={"higher_is_better": json_values}))
+def test_any_recorded_gate_is_read_as_a_gate_or_none(value):
+    owner = {"metadata": {"annotations": {GATE_ANNOTATION: json.dumps(value, allow_nan=True)}}}
+    gate = gate_of(owner)
+    if gate is not None:
+        assert gate.max_drop >= 0 and gate.max_drop != float("inf")
