@@ -113,6 +113,8 @@ def stall_text(run_dir: Path) -> str:
     try:
         stall = json.loads((run_dir / ".cw" / STALL_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        stall = None
+    if not isinstance(stall, dict):  # unreadable, or not cw_fault's
         return "no step for longer than the stall timeout"
     return (f"no step since {stall.get('stalled_since', '?')} after step {stall.get('last_step', '?')} (timeout "
             f"{stall.get('timeout_s', '?')} s); stacks in {run_dir / str(stall.get('stacks', '.cw'))}")  # fmt: skip

@@ -83,7 +83,10 @@ def owner_state(owner: dict | None) -> str:
     """Succeeded, Failed, Gone (no such object) or Running, from the owner's conditions."""
     if owner is None:
         return "Gone"
-    conditions = {c.get("type") for c in (owner.get("status") or {}).get("conditions") or [] if c.get("status") == "True"}
+    status = owner.get("status") if isinstance(owner, dict) else None
+    listed = status.get("conditions") if isinstance(status, dict) else None
+    conditions = {c["type"] for c in listed if isinstance(c, dict) and isinstance(c.get("type"), str) and c.get("status") == "True"} \
+        if isinstance(listed, list) else set()  # fmt: skip
     if conditions & {"Complete", "Completed", "SuccessCriteriaMet"}:
         return "Succeeded"
     if conditions & {"Failed", "FailureTarget"}:

@@ -102,3 +102,66 @@ def test_any_recorded_gate_is_read_as_a_gate_or_none(value):
     gate = gate_of(owner)
     if gate is not None:
         assert gate.max_drop >= 0 and gate.max_drop != float("inf")
+
+
+# --- the pod side: what the keeper reads from the API server, the notifier from the run's folder
+import sys  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cw_cli" / "runtime"))
+import cw_notify  # noqa: E402
+import cw_pipeline  # noqa: E402
+
+conditions = st.lists(st.fixed_dictionaries({}, optional={"type": st.sampled_from(["Complete", "Failed", "Completed"]) | json_values,
+                                                          "status": st.sampled_from(["True", "False"]) | json_values}) | json_values,
+                      max_size=3)  # fmt: skip
+owners = st.none() | st.fixed_dictionaries({}, optional={"status": st.fixed_dictionaries({}, optional={"conditions": conditions | json_values}) | json_values})
+
+
+@SETTINGS
+@given(st.dictionaries(st.sampled_from(["sft", "dpo", "eval"]), owners), st.dictionaries(st.sampled_from(["sft", "dpo", "eval"]), json_values))
+def test_the_pipeline_keeper_decides_from_any_answer(owners_read, recorded):
+    document = {"order": ["sft", "dpo", "eval"], "stages": {"sft": {"after": [], "created": True},
+                                                             "dpo": {"after": ["sft"]}, "eval": {"after": ["dpo"]}}}  # fmt: skip
+    decided = cw_pipeline.decide(document, recorded, owners_read)
+    assert set(decided) == {"sft", "dpo", "eval"}
+    assert set(decided.values()) <= {"Succeeded", "Failed", "Running", "Deleted", "Skipped", "Create", "Waiting"}
+
+
+@SETTINGS
+@given(json_values)
+def test_the_notifier_says_a_stall_from_any_stall_file(tmp_path_factory, content):
+    run = tmp_path_factory.mktemp("run")
+    (run / ".cw").mkdir()
+    (run / ".cw" / cw_notify.STALL_FILE).write_text(json.dumps(content, allow_nan=True))
+    assert isinstance(cw_notify.stall_text(run), str)
+
+
+@SETTINGS
+@given(st.integers(-300, 300), st.lists(st.text(max_size=80) | st.sampled_from(
+    ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "Traceback (most recent call last):",
+     "subprocess.CalledProcessError: Command '[...]' returned non-zero exit status 1.", "ValueError: bad",
+     "Watchdog caught collective operation timeout"]), max_size=8))  # fmt: skip
+def test_the_notifier_names_a_reason_for_any_failure(code, lines):
+    reason = cw_notify.failure_reason(code, "\n".join(lines))
+    assert f"exit code {code}" in reason
+
+
+task_keys = st.sampled_from(["task", "dataset_path", "dataset_kwargs", "metric_list", "filter_list", "output_type",
+                             "include", "doc_to_text"]) | st.text(max_size=8)  # fmt: skip
+
+
+@SETTINGS
+@given(json_values | st.dictionaries(task_keys, json_values | st.fixed_dictionaries({"data_files": json_values}), max_size=6))
+def test_any_user_task_yaml_is_read_or_refused_with_a_reason(tmp_path_factory, content):
+    import yaml
+
+    from cw_cli.config.eval_tasks import read_user_task
+
+    folder = tmp_path_factory.mktemp("task")
+    path = folder / "task.yaml"
+    path.write_text(yaml.safe_dump(content, allow_unicode=True))
+    try:
+        task = read_user_task(path, "task.yaml")
+    except ValueError:
+        return
+    assert task.name and all(isinstance(score, str) for score in task.scores)
