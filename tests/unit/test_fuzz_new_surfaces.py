@@ -165,3 +165,24 @@ def test_any_user_task_yaml_is_read_or_refused_with_a_reason(tmp_path_factory, c
     except ValueError:
         return
     assert task.name and all(isinstance(score, str) for score in task.scores)
+
+
+url_parts = st.sampled_from(["json://", "slack://", "mailto://", "discord://", "https://", "form://", "x://", ""])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.builds(lambda scheme, rest: scheme + rest, url_parts, st.text(max_size=40)), min_size=1, max_size=3),
+       st.none() | st.text(max_size=20))  # fmt: skip
+def test_any_notify_urls_are_taken_or_refused_naming_the_field(urls, secret):
+    from pydantic import ValidationError
+
+    from cw_cli.config.notify import NotifySpec, check_urls
+
+    try:
+        spec = NotifySpec.model_validate({"urls": urls, **({"secret": secret} if secret is not None else {})})
+    except ValidationError:
+        return  # the config loader turns it into a ConfigError naming the field (test_notify_config)
+    try:
+        check_urls(spec, Path("/tmp/config.yaml"))
+    except CwError as error:
+        assert "notify.urls[" in str(error) + " ".join(getattr(error, "issues", []) or [])
