@@ -23,7 +23,7 @@ from test_cw_end_to_end import SFT_CONFIG, completed_job, create_bound_volumes, 
 
 from cw_cli.render.scores import GATE_ANNOTATION
 
-KEPT = {**SFT_CONFIG, "checkpoint_volume": "ckpts"}
+KEPT = {**SFT_CONFIG, "checkpoint_volume": "ckpts", "gpu": 1}  # 1 GPU: fits beside what earlier tests on the shared cluster still hold
 DPO = {**KEPT, "model_name_or_path": "run:sft", "dataset_name": "trl-lib/ultrafeedback_binarized"}
 SLOW = {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "30s"}}
 FAILING = {"annotations": {"kwok.cw/exit-code": "1"}, "backoff_limit": 0}
