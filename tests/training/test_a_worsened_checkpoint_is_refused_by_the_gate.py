@@ -9,6 +9,7 @@ checkpoint-10 out. Offline, on CPU."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -69,6 +70,9 @@ def _evaluate(spec: Path, model: Path, out: Path, checkpoint: str, step: int | N
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
+# Two real lm-eval runs (about 6 minutes on 2 cores): the gate's rule is held by the unit and cluster
+# tests, and cw_eval.py's scores by test_eval_scores_match_the_harness; CW_LONG_TESTS=1 runs this too.
+@pytest.mark.skipif(os.environ.get("CW_LONG_TESTS") != "1", reason="a 6-minute proof: CW_LONG_TESTS=1 runs it")
 def test_a_checkpoint_made_worse_on_purpose_is_refused_by_the_gate(tiny_model, tmp_path):
     pytest.importorskip("lm_eval", reason="the evaluation needs lm-eval (the 'eval' extra)")
     run = tmp_path / "checkpoints" / "gated"

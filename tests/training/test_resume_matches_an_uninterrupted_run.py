@@ -179,6 +179,9 @@ def _run_straight_and_stopped(manifests: list[dict], run: str, overrides: dict, 
     return want, got, stops
 
 
+# Five launches of the exact command (about 10 minutes on 2 cores): CI keeps to the RL variant below,
+# which takes the same resume path; CW_LONG_TESTS=1 runs this one too (passed: max difference 0).
+@pytest.mark.skipif(os.environ.get("CW_LONG_TESTS") != "1", reason="a 10-minute proof: CW_LONG_TESTS=1 runs it")
 def test_sft_stopped_three_times_logs_the_uninterrupted_curve(render_plan, tiny_model, sft_dataset, tmp_path):
     """Two epochs of 4 steps: a stop may fall on the epoch boundary, so the data order of epoch 2
     (the seedable sampler's epoch seed) must continue too."""
