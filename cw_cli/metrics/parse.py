@@ -27,6 +27,8 @@ from typing import Any
 
 from msgspec import Struct, field
 
+from cw_cli.runtime.cw_progress import PREFIX as PROGRESS_PREFIX
+
 # A dict is a trainer record only if it has one of these (Trainer.log always adds `epoch`);
 # this keeps a printed config or other dicts of numbers out.
 MARKER_KEYS = frozenset(
@@ -151,6 +153,8 @@ class RecordParser(Struct):
             return []
         found = []
         for segment in _ANSI.sub("", line).split("\r"):  # tqdm redraws a bar with \r on the same line
+            if PROGRESS_PREFIX in segment:  # cw's own progress line (its step and rates), not a trainer's record
+                continue
             values = parse_record(segment)
             if values is not None:
                 found.append(self._record(values))
