@@ -10,7 +10,7 @@ from msgspec import Struct
 
 from cw_cli.api.planning import Progress, _quiet
 from cw_cli.errors import ConfigError, RunFailed
-from cw_cli.labels import SERVE
+from cw_cli.labels import EVAL, EXPORT, SERVE
 
 if TYPE_CHECKING:
     import threading
@@ -42,7 +42,7 @@ class Export(Struct):
             RunFailed: The export failed (its log says why: ``cw logs RUN --role export``).
             WaitTimeout: Still running after ``timeout`` seconds.
         """
-        return _wait_for_job(self.run, self.name, "export", timeout, progress)
+        return _wait_for_job(self.run, self.name, EXPORT, timeout, progress)
 
 
 
@@ -71,13 +71,13 @@ class Evaluation(Struct):
             RunFailed: The evaluation failed (its log says why: ``cw logs RUN --role eval``).
             WaitTimeout: Still running after ``timeout`` seconds.
         """
-        return _wait_for_job(self.run, self.name, "eval", timeout, progress)
+        return _wait_for_job(self.run, self.name, EVAL, timeout, progress)
 
 def _wait_for_job(run: Run, name: str, role: str, timeout: float | None, progress: Progress) -> str:
     """Wait for one of the run's after-training Jobs; a failure names it and the log to read."""
     from cw_cli.k8s.operations import wait_for_run
 
-    what = {"export": "export", "eval": "evaluation"}[role]
+    what = {EXPORT: "export", EVAL: "evaluation"}[role]
     try:
         return wait_for_run(run.session.kube, name, timeout, progress)
     except RunFailed as failed:
