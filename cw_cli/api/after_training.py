@@ -77,7 +77,7 @@ def _wait_for_job(run: Run, name: str, role: str, timeout: float | None, progres
     """Wait for one of the run's after-training Jobs; a failure names it and the log to read."""
     from cw_cli.k8s.operations import wait_for_run
 
-    what = {EXPORT: "export", EVAL: "evaluation"}[role]
+    what = "evaluation" if role == EVAL else role
     try:
         return wait_for_run(run.session.kube, name, timeout, progress)
     except RunFailed as failed:
