@@ -34,8 +34,22 @@ class LaunchResult(Struct):
     dry_run: bool = False
 
 
-def _priority_classes(plan: Plan) -> set[str]:
-    return {str(spec["priorityClassName"]) for m in plan.manifests for spec in _pod_specs(m) if spec.get("priorityClassName")}
+def _priority_classes(plan: Plan) -> dict[str, str]:
+    """Each PriorityClass the run's pods name, with the config field that names it: the run's own,
+    and the one of the evaluation Jobs its watcher creates later (rendered into its ConfigMap)."""
+    import json
+
+    from cw_cli.render.evaluation import JOB_FILE
+
+    named = {str(spec["priorityClassName"]): "priority_class" for m in plan.manifests for spec in _pod_specs(m)
+             if spec.get("priorityClassName")}  # fmt: skip
+    for manifest in plan.manifests:
+        later = (manifest.get("data") or {}).get(JOB_FILE) if manifest["kind"] == "ConfigMap" else None
+        if later:
+            name = json.loads(later)["spec"]["template"]["spec"].get("priorityClassName")
+            if name:
+                named.setdefault(str(name), "eval.priority_class")
+    return named
 
 
 def _secret_and_volume_names(plan: Plan) -> tuple[set[str], set[str]]:
@@ -101,7 +115,7 @@ def preflight(kube: Kube, plan: Plan) -> None:
             )
 
 
-def _check_priority_classes(kube: Kube, names: set[str]) -> None:
+def _check_priority_classes(kube: Kube, names: dict[str, str]) -> None:
     """Refuse a PriorityClass that does not exist: the Job would be created and every pod refused.
 
     A user who may not read PriorityClasses (cluster-scoped) is not stopped: the pods' refusal
@@ -110,14 +124,17 @@ def _check_priority_classes(kube: Kube, names: set[str]) -> None:
     Raises:
         NotFound: The cluster has no PriorityClass of a name the config gives.
     """
-    for name in sorted(names):
+    for name, field_name in sorted(names.items()):
         try:
             found = kube.get("PriorityClass", name)
         except Forbidden:
             return
         if found is None:
-            raise NotFound(f"PriorityClass {name!r} (the config's `priority_class`) does not exist on the cluster",
-                           hint="kubectl get priorityclasses lists them; name one, or leave priority_class out")  # fmt: skip
+            hint = "kubectl get priorityclasses lists them; name one, or leave priority_class out"
+            if field_name == "eval.priority_class":  # cw's default: an admin applies it once
+                hint = (f"a cluster admin applies {name} once (docs/evaluation.md), or set eval.priority_class: null "
+                        "to run the evaluations at the default priority")  # fmt: skip
+            raise NotFound(f"PriorityClass {name!r} (the config's `{field_name}`) does not exist on the cluster", hint=hint)
 
 
 def _namespace_readable_and_there(kube: Kube) -> bool:

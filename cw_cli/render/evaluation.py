@@ -192,6 +192,10 @@ def eval_manifests(
 TEMPLATE_STEP = 987654321
 #: The per-checkpoint evaluation Job as rendered at launch, in the run's ConfigMap.
 JOB_FILE = "cw-eval-job.json"
+#: The final model's evaluation Job as rendered at launch: the watcher creates it once the trainer succeeded.
+FINAL_JOB_FILE = "cw-eval-final-job.json"
+#: The trainer's record of a successful end, in its working folder (cw_entrypoint.FINISHED_FILE).
+FINISHED_FILE = ".cw/finished.json"
 #: The watcher sidecar of the trainer pod.
 WATCH_CONTAINER = "eval-watch"
 #: The trainer environment entries an evaluation pod takes over (the Hub token, the cache, pip's index).
@@ -246,7 +250,7 @@ def watch_files(config: RunConfig, run_name: str, run_dir: str, labels: dict[str
                 env: list[dict[str, Any]], queue: str | None, namespace: str | None) -> list[ShippedFile]:  # fmt: skip
     """The run's ConfigMap's files for the per-checkpoint evaluations: the Job cw_eval_watch.py
     creates for each checkpoint (rendered here, from the template, for :data:`TEMPLATE_STEP`),
-    the watcher, cw_eval.py and cw_pip.py (cw-eval.json is there already)."""
+    the final model's Job, the watcher, cw_eval.py and cw_pip.py (cw-eval.json is there already)."""
     from cw_cli.config.evaluation import LM_EVAL_REQUIREMENT
     from cw_cli.frameworks.runtime_files import EVAL_WATCH_FILE
     from cw_cli.render.export import ExportFacts
@@ -266,24 +270,29 @@ def watch_files(config: RunConfig, run_name: str, run_dir: str, labels: dict[str
     queued = {KUEUE_QUEUE_LABEL: str(queue), **({KUEUE_PRIORITY_LABEL: spec.priority_class} if spec.priority_class else {})}
     resources = EvalResources(gpu=eval_gpu(spec, cluster.gpu), cpu=spec.cpu, memory=spec.memory, image=spec.image,
                               priority_class=None if queue else spec.priority_class)  # fmt: skip
-    job = eval_manifests(facts, {}, target(run_dir, str(TEMPLATE_STEP)), resources, namespace,
-                         requirements=[LM_EVAL_REQUIREMENT], run_config_map=f"{run_name}-config",
-                         extra_labels=queued if queue else None)[0]  # fmt: skip
-    return [text_file(JOB_FILE, json.dumps(job, sort_keys=True)),
+    jobs = {
+        name: eval_manifests(facts, {}, target(run_dir, which), resources, namespace, requirements=[LM_EVAL_REQUIREMENT],
+                             run_config_map=f"{run_name}-config", extra_labels=queued if queue else None)[0]
+        for name, which in ((JOB_FILE, str(TEMPLATE_STEP)), (FINAL_JOB_FILE, "final"))
+    }  # fmt: skip
+    return [*(text_file(name, json.dumps(job, sort_keys=True)) for name, job in jobs.items()),
             *(text_file(key, runtime_file(key)) for key in (EVAL_WATCH_FILE, EVAL_FILE, PIP_FILE))]  # fmt: skip
 
 
-def watch_sidecar(image: str, pull_policy: str, run_dir: str, config_mount: dict[str, Any],
+def watch_sidecar(image: str, pull_policy: str, run_dir: str, working_dir: str, config_mount: dict[str, Any],
                   checkpoint_mount: dict[str, Any], resources: dict[str, Any], security: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """The trainer pod's native sidecar (an init container that restarts: it ends with the trainer)
-    that runs cw_eval_watch.py with the watcher's token, mounted into it alone."""
+    that runs cw_eval_watch.py with the watcher's token, mounted into it alone; ``working_dir`` is
+    the trainer's, where it records a successful end."""
     from cw_cli.frameworks.runtime_files import EVAL_WATCH_FILE
     from cw_cli.render.keeper import SA_DIR, TOKEN_VOLUME
 
     return {
         "name": WATCH_CONTAINER, "image": image, "imagePullPolicy": pull_policy, "restartPolicy": "Always",
         "command": ["python3", f"{CONFIG_MOUNT}/{EVAL_WATCH_FILE}"],
-        "env": [{"name": "CW_EVAL_RUN_DIR", "value": run_dir}, {"name": "CW_EVAL_JOB_FILE", "value": f"{CONFIG_MOUNT}/{JOB_FILE}"}],
+        "env": [{"name": "CW_EVAL_RUN_DIR", "value": run_dir}, {"name": "CW_EVAL_JOB_FILE", "value": f"{CONFIG_MOUNT}/{JOB_FILE}"},
+                {"name": "CW_EVAL_FINAL_JOB_FILE", "value": f"{CONFIG_MOUNT}/{FINAL_JOB_FILE}"},
+                {"name": "CW_EVAL_FINISHED_FILE", "value": posixpath.join(working_dir, FINISHED_FILE)}],
         "resources": resources, "securityContext": security,
         "volumeMounts": [{**config_mount, "readOnly": True}, {**checkpoint_mount, "readOnly": True},
                          {"name": TOKEN_VOLUME, "mountPath": SA_DIR, "readOnly": True}],

@@ -143,7 +143,7 @@ def trainer_job(scope: Scope, output: FrameworkOutput, workload: Workload) -> di
     watched = watches(request.config, request.services_only, workload.strategy.eval_watcher)
     if watched:  # the sidecar that creates one evaluation Job per complete checkpoint, with its own token
         run_dir = trainer_output_dir(output.prepared, framework.output_keys, context.output_dir)
-        waits.append(_eval_watcher(scope, mounts, run_dir, workload.queue is not None))
+        waits.append(_eval_watcher(scope, mounts, run_dir, context.output_dir, workload.queue is not None))
         trainer["volumes"] = [*volumes, token_volume()]
     values = {
         "job_labels": workload.strategy.trainer_labels({**scope.labels, COMPONENT_LABEL: TRAINER}, workload.queue),
@@ -160,11 +160,11 @@ def trainer_job(scope: Scope, output: FrameworkOutput, workload: Workload) -> di
     return job
 
 
-def _eval_watcher(scope: Scope, mounts: list[dict[str, Any]], run_dir: str, queued: bool) -> dict[str, Any]:
+def _eval_watcher(scope: Scope, mounts: list[dict[str, Any]], run_dir: str, working_dir: str, queued: bool) -> dict[str, Any]:
     """The trainer pod's evaluation watcher (render/evaluation.py), mounting the config and the volume read-only."""
     config = next(m for m in mounts if m["mountPath"] == CONFIG_MOUNT)
     checkpoints = next(m for m in mounts if m["mountPath"] == CHECKPOINT_MOUNT)
-    return watch_sidecar(scope.image, scope.pull_policy, run_dir, config, checkpoints,
+    return watch_sidecar(scope.image, scope.pull_policy, run_dir, working_dir, config, checkpoints,
                          helper_resources(queued), HELPER_SECURITY)  # fmt: skip
 
 

@@ -29,6 +29,10 @@ resumes), and a stall (no step for longer than the stall timeout) dumps every ra
 exits 75. Without ``cw_fault.py`` (an older ConfigMap) or with ``CW_FAULT_TOLERANCE=0`` the
 process image is replaced (``os.execvp``), so signals and the exit code are the command's own.
 
+When the supervised command ends with exit 0, ``.cw/finished.json`` in the run's folder says so
+(removed at every start): the evaluation watcher (``cw_eval_watch.py``) then scores the final
+model, and only then, since a pod stopped to be resumed also ends its sidecars.
+
 With ``CW_NOTIFY`` (the config's ``notify:``) the first pod tells the user through
 ``cw_notify.py`` (shipped beside this file): a restart at the start, success, failure (and why)
 or a stall at the end; sending never blocks or fails the run.
@@ -40,6 +44,7 @@ environment from its hub; its failure stops the pod with its exit code); ``--`` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -58,6 +63,8 @@ IDENTITY_ENV = "CW_RUN_IDENTITY"
 #: With ``--no-resume``: the newest complete checkpoint, for a framework resumed inside its process.
 RESUME_ENV = "CW_RESUME_CHECKPOINT"  # cw_vf_resume.CHECKPOINT_ENV
 FOREIGN_FOLDER_EXIT = 3
+#: Written in the run's folder when the trainer command succeeded (cw_eval_watch.FINISHED_FILE).
+FINISHED_FILE = ".cw/finished.json"
 
 
 #: Set (to 1) by ``cw ... --resume``: continue a folder's checkpoints although the config changed.
@@ -252,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         resume_changed = os.environ.get(RESUME_CHANGED_ENV, "") not in ("", "0")
         note = claim_folder(os.getcwd(), os.environ.get(IDENTITY_ENV), resume_changed)
         print(f"{_PREFIX} {note}", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # from an earlier attempt: this one has not finished
+            Path(FINISHED_FILE).unlink(missing_ok=True)
         notifier = _notifier()
         for setup in setups:
             print(f"{_PREFIX} setup: {' '.join(setup)}", file=sys.stderr, flush=True)
@@ -282,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{_PREFIX} run (stops at a step end on SIGTERM, watches for stalls): {' '.join(command)}",
               file=sys.stderr, flush=True)  # fmt: skip
         code = supervise(command, os.getcwd())
+        if code == 0:
+            mark_finished(Path(FINISHED_FILE))
         if notifier is not None:
             notifier.ended(code)  # succeeded, failed (why), stalled
         return code
@@ -290,6 +301,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{_PREFIX} exec: {' '.join(command)}", file=sys.stderr, flush=True)
     os.execvp(command[0], command)
     return 127  # pragma: no cover - execvp does not return
+
+
+def mark_finished(path: Path) -> None:
+    """Record that the trainer command succeeded (whole or not at all; a failure to write is said, not fatal)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        temporary.write_text(json.dumps({"exit_code": 0, "finished_at": stamp}) + "\n", encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as exc:
+        print(f"{_PREFIX} cannot record the finish in {path}: {exc}", file=sys.stderr, flush=True)
 
 
 def _name_checkpoint(environ: Any) -> str:

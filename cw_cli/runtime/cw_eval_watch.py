@@ -11,7 +11,10 @@ evaluation Job cw rendered at launch (``CW_EVAL_JOB_FILE``) for that step. The J
 at the evaluation's lower priority, so training never waits for it. Creating is idempotent: a Job
 that exists already (409) counts as created, so the pods of a multi-node trainer may all watch.
 
-On SIGTERM (the trainer has ended) it looks one last time, then exits 0. The API server, token and
+On SIGTERM (the trainer has ended) it looks one last time, then exits 0. That last look also
+scores the final model: where the trainer succeeded (``CW_EVAL_FINISHED_FILE``, written by
+cw_entrypoint only on exit 0, says so), the run's folder holds a model at its top and has no final
+scores yet, it creates the final evaluation Job (``CW_EVAL_FINAL_JOB_FILE``, rendered at launch). The API server, token and
 CA come from the standard in-cluster places; ``CW_EVAL_API``, ``CW_EVAL_TOKEN_FILE``,
 ``CW_EVAL_CA_FILE`` and ``CW_EVAL_NAMESPACE`` override them (tests run it as a local process
 against a real API server). ``--once`` looks one time and exits 0.
@@ -36,6 +39,10 @@ COMPLETE_MARKER = ".cw-complete"  # cw_fault.COMPLETE_MARKER
 #: The step the Job template was rendered for; replaced by each checkpoint's (render/evaluation.py: TEMPLATE_STEP).
 TEMPLATE_STEP = "987654321"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d{1,11})$")
+#: Tries of the last look (after SIGTERM, within the pod's 30 s grace period), seconds between them.
+LAST_TRIES, LAST_RETRY_S = 3, 3.0
+#: A model saved at the top of the run's folder (full weights' config, or a LoRA adapter's).
+MODEL_FILES = ("config.json", "adapter_config.json")
 
 
 def log(message: str) -> None:
@@ -124,6 +131,35 @@ def look(api: Api, template: dict, run_dir: str, created: set[int]) -> None:
         log(f"checkpoint-{step}: {'created' if made else 'found'} evaluation Job {job['metadata']['name']}")
 
 
+def trainer_finished(finished_file: str) -> bool:
+    """Whether the trainer's command ended with exit 0 (its record exists and says so)."""
+    try:
+        record = json.loads(_read(finished_file))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("exit_code") == 0
+
+
+def final_ready(run_dir: str, finished_file: str) -> bool:
+    """Whether the final model is there to score: the trainer succeeded, a model is at the top of
+    the run's folder, and it has no scores yet."""
+    if not trainer_finished(finished_file):
+        return False
+    if os.path.isfile(os.path.join(run_dir, "cw-eval", "final", "scores.json")):
+        return False
+    return any(os.path.isfile(os.path.join(run_dir, name)) for name in MODEL_FILES)
+
+
+def look_final(api: Api, env: dict) -> None:
+    """Create the final model's evaluation Job where :func:`final_ready` (a launch-time Job file)."""
+    job_file, finished_file = env.get("CW_EVAL_FINAL_JOB_FILE"), env.get("CW_EVAL_FINISHED_FILE")
+    if not job_file or not finished_file or not final_ready(env["CW_EVAL_RUN_DIR"], finished_file):
+        return
+    job = json.loads(_read(job_file))
+    made = api.create_job(job)
+    log(f"final model: {'created' if made else 'found'} evaluation Job {job['metadata']['name']}")
+
+
 def main(argv: list[str] | None = None, environ: dict | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if environ is None else environ)
@@ -136,11 +172,19 @@ def main(argv: list[str] | None = None, environ: dict | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
     log(f"watching {run_dir} for complete checkpoints")
     while True:
-        try:
-            look(api, template, run_dir, created)
-        except (OSError, ValueError, urllib.error.URLError) as exc:  # API hiccup: try again next round
-            log(f"cannot create yet: {exc}")
-        if "--once" in args or stopping:
+        last = "--once" in args or bool(stopping)
+        # The last look has no next round: it tries a few times within the pod's grace period.
+        for attempt in range(LAST_TRIES if last else 1):
+            try:
+                look(api, template, run_dir, created)
+                if last:  # the trainer has ended: its final model, where it finished well
+                    look_final(api, env)
+                break
+            except (OSError, ValueError, urllib.error.URLError) as exc:  # API hiccup: try again
+                log(f"cannot create yet: {exc}")
+                if attempt + 1 < (LAST_TRIES if last else 1):
+                    time.sleep(LAST_RETRY_S)
+        if last:
             return 0
         deadline = time.monotonic() + poll_s
         while time.monotonic() < deadline and not stopping:

@@ -76,6 +76,14 @@ def _create_checkpoint_volume(kube: Kube) -> None:
     api.create(kube, f"/api/v1/namespaces/{DEFAULT_NAMESPACE}/persistentvolumeclaims", claim)
 
 
+def _create_eval_priority_class(kube: Kube) -> None:
+    """The PriorityClass docs/evaluation.md has a cluster admin apply once (this cluster's admin is cw)."""
+    import yaml
+
+    manifest = yaml.safe_load((cluster_resources_dir() / "priorityclass-cw-eval.yaml").read_text(encoding="utf-8"))
+    api.create(kube, "/apis/scheduling.k8s.io/v1/priorityclasses", manifest)
+
+
 # --------------------------------------------------------------------------- public API
 
 def status(state_dir: str | Path | None = None) -> ClusterStatus:
@@ -269,6 +277,7 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
         launcher.wait("fake nodes to become Ready", lambda: _nodes_ready(kube, wanted), 0.3)
         launcher.wait("ServiceAccount default/default", lambda: api.exists(kube, "/api/v1/namespaces/default/serviceaccounts/default"))
         _create_checkpoint_volume(kube)
+        _create_eval_priority_class(kube)
         if with_kueue:
             _start_queueing(launcher, kube, pki, say)
     finally:

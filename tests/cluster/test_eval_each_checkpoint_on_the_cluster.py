@@ -8,7 +8,8 @@ process, with the sidecar's environment (its folder mapped to a local one standi
 volume) and a real token of that ServiceAccount (TokenRequest): the Role cw created is what allows
 each call. One evaluation Job is created per complete checkpoint, none for one still being written;
 its pod gets the `cw-eval` PriorityClass's priority, below the trainer pod's; a second look
-creates nothing more; the token can do nothing else.
+creates nothing more; once the trainer recorded a successful end, the final model's Job too; the
+token can do nothing else.
 """
 
 from __future__ import annotations
@@ -42,18 +43,17 @@ def _watch(kube_api, namespace: str, script: Path, sidecar, local_run_dir: Path,
            "CW_EVAL_API": kube_api.configuration.host, "CW_EVAL_CA_FILE": kube_api.configuration.ssl_ca_cert,
            "CW_EVAL_TOKEN_FILE": str(token), "CW_EVAL_NAMESPACE": namespace, "PATH": os.environ.get("PATH", "")}  # fmt: skip
     env["CW_EVAL_JOB_FILE"] = str(script.parent / "cw-eval-job.json")
+    env["CW_EVAL_FINAL_JOB_FILE"] = str(script.parent / "cw-eval-final-job.json")
+    env["CW_EVAL_FINISHED_FILE"] = str(local_run_dir.parent.parent / ".cw" / "finished.json")  # the trainer's working folder
     done = subprocess.run([sys.executable, str(script), "--once"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stderr
 
 
 def test_one_lower_priority_evaluation_job_per_complete_checkpoint(kube_api, namespace, as_documented_roles, tmp_path, wait_for):
-    scheduling = client.SchedulingV1Api(kube_api)
-    try:  # what docs/evaluation.md asks a cluster admin to apply once
-        scheduling.create_priority_class({"metadata": {"name": "cw-eval"}, "value": -10, "preemptionPolicy": "Never",
-                                          "description": "cw's per-checkpoint evaluations, below training"})  # fmt: skip
-    except client.ApiException as exc:
-        assert exc.status == 409
+    # What docs/evaluation.md asks a cluster admin to apply once; cw's test cluster applies it when it starts.
+    shipped = client.SchedulingV1Api(kube_api).read_priority_class("cw-eval")
+    assert shipped.value == -10 and shipped.preemption_policy == "Never"
     launcher = as_documented_roles("read-only", "launch")
     create_bound_volumes(kube_api, namespace, "ckpts")
     launched = run_cw(launcher, "trl", "sft", str(write_config(tmp_path, KEPT)), "--name", "evw", "-n", namespace, timeout=180)
@@ -65,7 +65,7 @@ def test_one_lower_priority_evaluation_job_per_complete_checkpoint(kube_api, nam
     assert [m.mount_path for m in sidecar.volume_mounts] == ["/etc/cw", "/checkpoints", "/var/run/secrets/kubernetes.io/serviceaccount"]
     assert all(m.mount_path != "/var/run/secrets/kubernetes.io/serviceaccount" for m in trainer.containers[0].volume_mounts)
     data = core.read_namespaced_config_map("evw-config", namespace).data
-    for key in ("cw_eval_watch.py", "cw-eval-job.json", "cw_eval.py"):
+    for key in ("cw_eval_watch.py", "cw-eval-job.json", "cw-eval-final-job.json", "cw_eval.py"):
         (tmp_path / key).write_text(data[key])
     token = tmp_path / "token"
     token.write_text(core.create_namespaced_service_account_token(
@@ -92,6 +92,15 @@ def test_one_lower_priority_evaluation_job_per_complete_checkpoint(kube_api, nam
     again = _watch(kube_api, namespace, tmp_path / "cw_eval_watch.py", sidecar, run_dir, token)
     assert "found evaluation Job evw-eval-5" in again  # exists already: nothing new, no error
     assert len(batch.list_namespaced_job(namespace, label_selector="app.kubernetes.io/component=eval").items) == 2
+
+    # The trainer ended well (cw_entrypoint's record) with its model at the top: the last look scores it too.
+    (run_dir / "config.json").write_text("{}")
+    (run_dir.parent.parent / ".cw").mkdir()
+    (run_dir.parent.parent / ".cw" / "finished.json").write_text('{"exit_code": 0}')
+    final = _watch(kube_api, namespace, tmp_path / "cw_eval_watch.py", sidecar, run_dir, token)
+    assert "final model: created evaluation Job evw-eval-final" in final, final
+    command = batch.read_namespaced_job("evw-eval-final", namespace).spec.template.spec.containers[0].command
+    assert command[command.index("--model") + 1] == "/checkpoints/evw/outputs/sft" and "--step" not in command
 
     # The evaluation Jobs are part of the run, not runs of their own: status and list still see one run.
     status = run_cw(launcher, "status", "evw", "-n", namespace)
@@ -129,7 +138,7 @@ def test_a_jobset_runs_trainer_pods_run_the_watcher_with_its_own_account(queued_
     assert {p.spec.service_account_name for p in pods} == {"gangev-eval"}
     sidecar = next(c for c in pods[0].spec.init_containers if c.name == "eval-watch")
     data = core.read_namespaced_config_map("gangev-config", namespace).data
-    for key in ("cw_eval_watch.py", "cw-eval-job.json", "cw_eval.py"):
+    for key in ("cw_eval_watch.py", "cw-eval-job.json", "cw-eval-final-job.json", "cw_eval.py"):
         (tmp_path / key).write_text(data[key])
     token = tmp_path / "token"
     token.write_text(core.create_namespaced_service_account_token(
@@ -142,3 +151,14 @@ def test_a_jobset_runs_trainer_pods_run_the_watcher_with_its_own_account(queued_
     assert "checkpoint-5: created evaluation Job gangev-eval-5" in said, said
     jobs = client.BatchV1Api(api).list_namespaced_job(namespace, label_selector="app.kubernetes.io/component=eval").items
     assert sorted(j.metadata.name for j in jobs) == ["gangev-eval-10", "gangev-eval-5"]
+
+
+def test_a_missing_evaluation_priority_class_is_refused_before_anything_is_created(cw_env, kube_api, namespace, tmp_path):
+    create_bound_volumes(kube_api, namespace, "ckpts")
+    config = write_config(tmp_path, {**KEPT, "eval": {**EVAL, "priority_class": "cw-eval-nowhere"}})
+    refused = run_cw(cw_env, "trl", "sft", str(config), "--name", "evp", "-n", namespace, timeout=120)
+    assert refused.returncode == 4, refused.stderr
+    assert "PriorityClass 'cw-eval-nowhere' (the config's `eval.priority_class`) does not exist" in refused.stderr
+    assert "eval.priority_class: null" in refused.stderr  # the fix a user without an admin can apply
+    assert client.BatchV1Api(kube_api).list_namespaced_job(namespace).items == []
+    assert client.CoreV1Api(kube_api).list_namespaced_config_map(namespace, label_selector="cw-cli.dev/run=evp").items == []
