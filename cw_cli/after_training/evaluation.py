@@ -12,7 +12,6 @@ import msgspec
 
 from cw_cli.after_training.helper_pods import create_job_and_its_config_map
 from cw_cli.client.connection import Kube
-from cw_cli.config.evaluation import LM_EVAL_REQUIREMENT
 from cw_cli.errors import ConfigError, Conflict
 from cw_cli.labels import TRAINER, object_names
 from cw_cli.render.evaluation import (
@@ -22,6 +21,7 @@ from cw_cli.render.evaluation import (
     EvalTarget,
     eval_manifests,
     eval_name,
+    eval_requirements,
     target,
 )
 from cw_cli.render.export import ExportChoice, ExportFacts
@@ -103,6 +103,10 @@ def eval_settings(run_name: str, settings: dict[str, Any] | None, tasks: list[st
         raise ConfigError([f"run {run_name!r} was launched without an eval: block: name the tasks"],
                           hint=f"cw eval {run_name} --tasks hellaswag --metric hellaswag/acc_norm")  # fmt: skip
     if gpu is not None and gpu != settings.get("gpu"):
+        if settings.get("harness") == "vf-eval":  # another server, and what it needs installed
+            from cw_cli.render.eval_environments import with_gpu
+
+            return with_gpu(settings, gpu)
         backend = "vllm" if gpu else "hf"
         return {**settings, "gpu": gpu, "backend": backend, "device": "cuda" if gpu else "cpu"}
     return settings
@@ -139,7 +143,7 @@ def create_eval(kube: Kube, facts: ExportFacts, settings: dict[str, Any], chosen
     if kube.get("Job", name) is not None:
         raise Conflict(f"an evaluation {name} exists already (running, or kept {EVAL_TTL_HOURS} h after it ended)",
                        hint=f"follow it with cw logs {facts.run_name} --role eval, or delete it: kubectl delete job {name}")  # fmt: skip
-    job, config_map = eval_manifests(facts, settings, chosen, resources, requirements=[LM_EVAL_REQUIREMENT])
+    job, config_map = eval_manifests(facts, settings, chosen, resources, requirements=eval_requirements(settings))
     create_job_and_its_config_map(kube, job, config_map)
     return name
 

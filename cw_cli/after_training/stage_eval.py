@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cw_cli.config.evaluation import LM_EVAL_REQUIREMENT
 from cw_cli.config.pipeline import StageEval
 from cw_cli.errors import ConfigError
 
@@ -46,7 +45,7 @@ def stage_eval_manifests(run_name: str, manifests: list[dict[str, Any]], evaluat
     """
     from cw_cli.after_training.evaluation import eval_facts, eval_settings, run_settings
     from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
-    from cw_cli.render.evaluation import EvalResources, eval_manifests, target
+    from cw_cli.render.evaluation import EvalResources, eval_manifests, eval_requirements, target
 
     try:
         cpu, memory = normalize_quantity(evaluation.cpu, MIN_CPU, "cpu"), normalize_quantity(evaluation.memory, MIN_MEMORY, "memory")
@@ -58,4 +57,4 @@ def stage_eval_manifests(run_name: str, manifests: list[dict[str, Any]], evaluat
                              task_dir)  # fmt: skip
     facts = eval_facts(kube, run_name)
     resources = EvalResources(gpu=int(settings.get("gpu") or 0), cpu=cpu, memory=memory)
-    return eval_manifests(facts, settings, target(facts.run_dir, "final"), resources, requirements=[LM_EVAL_REQUIREMENT])
+    return eval_manifests(facts, settings, target(facts.run_dir, "final"), resources, requirements=eval_requirements(settings))

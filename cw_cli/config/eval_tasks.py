@@ -14,6 +14,7 @@ from typing import Any
 
 from msgspec import Struct
 
+from cw_cli.config.eval_environments import check_environments
 from cw_cli.config.evaluation import TASKS_FILE, EvalSpec
 
 #: lm-eval's metrics of a task that names none, by output type (lm_eval.api.registry.DEFAULT_METRIC_REGISTRY).
@@ -138,11 +139,13 @@ def check_eval(spec: EvalSpec, config_dir: Path) -> tuple[list[str], list[UserTa
         spec: The validated ``eval:`` block.
         config_dir: The config's folder (a user task's path is relative to it).
     """
+    if spec.environments is not None:  # verifiers environments, scored by vf-eval: no lm-eval registry
+        return check_environments(spec), []
     known = registry()
     problems: list[str] = []
     users: list[UserTask] = []
     reported: dict[str, list[str] | None] = {}  # task -> its score keys (None: a tag, no score of its own)
-    for task in spec.tasks:
+    for task in spec.tasks or []:
         if task in spec.user_tasks():
             try:
                 user = read_user_task(config_dir / task, task)

@@ -1,5 +1,6 @@
-"""The evaluation of a config (``eval:``): which lm-evaluation-harness tasks score each checkpoint,
-on how many samples, with which generation settings, and which score decides ``best``.
+"""The evaluation of a config (``eval:``): which lm-evaluation-harness tasks (or verifiers
+environments, scored by vf-eval: cw_cli/config/eval_environments.py) score each checkpoint, on how
+many samples, with which generation settings, and which score decides ``best``.
 
 Its own module (config/models.py holds only the field). The tasks are lm-eval's, by name, or the
 user's own: a task YAML of the harness's format (a path ending in ``.yaml``, relative to the
@@ -18,7 +19,9 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from cw_cli.config.eval_environments import check_environment_names, check_harness_fields
 
 #: The registry list shipped with cw (tools/lm_eval_tasks.py writes it).
 TASKS_FILE = Path(__file__).with_name("lm_eval_tasks.json.gz")
@@ -36,20 +39,35 @@ class EvalSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
-    tasks: list[str] = Field(
+    tasks: list[str] | None = Field(
+        default=None,
         min_length=1,
         max_length=64,
         description="lm-evaluation-harness tasks (or groups) by name, or your own task: a path to its task YAML "
-        "(relative to the config; the local data files its dataset_kwargs.data_files name travel with it).",
+        "(relative to the config; the local data files its dataset_kwargs.data_files name travel with it). "
+        "Exactly one of tasks and environments.",
+    )
+    environments: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=16,
+        description="verifiers environments scored by vf-eval (a module shipped with `files:`, or an environment "
+        "hub id such as primeintellect/gsm8k, installed in the evaluation pod); scores <env>/reward and "
+        "<env>/<reward function>. Exactly one of tasks and environments.",
     )
     metric: str = Field(
         pattern=r"^[^/\s]{1,200}/[^/\s]{1,200}$",
         description="The score that decides `best`: <task>/<metric> as lm-eval reports it, e.g. hellaswag/acc_norm, "
-        "or <task>/<metric>,<filter> for a task with filters (gsm8k/exact_match,strict-match).",
+        "or <task>/<metric>,<filter> for a task with filters (gsm8k/exact_match,strict-match); for environments "
+        "<env>/reward or <env>/<reward function>.",
     )
     higher_is_better: bool = Field(default=True, description="Whether a higher value of the metric is better.")
     limit: float | None = Field(
-        default=None, gt=0, le=10_000_000, description="Samples per task (a fraction below 1: that share of each task)."
+        default=None, gt=0, le=10_000_000, description="Samples per task (a fraction below 1: that share of each task); "
+        "for environments, vf-eval's examples per environment (--num-examples, a whole number)."
+    )
+    rollouts_per_example: int | None = Field(
+        default=None, ge=1, le=256, description="For environments: vf-eval's --rollouts-per-example (default its own)."
     )
     num_fewshot: int | None = Field(default=None, ge=0, le=100, description="Few-shot examples per prompt.")
     generation: dict[str, str | int | float | bool] = Field(
@@ -86,16 +104,26 @@ class EvalSpec(BaseModel):
 
     @field_validator("tasks")
     @classmethod
-    def _task_forms(cls, tasks: list[str]) -> list[str]:
-        for task in tasks:
+    def _task_forms(cls, tasks: list[str] | None) -> list[str] | None:
+        for task in tasks or []:
             if not (_TASK_NAME.fullmatch(task) or _USER_TASK.fullmatch(task)) or ".." in task.split("/"):
                 raise ValueError(
                     f"{task[:80]!r} is neither an lm-eval task name (letters, digits, '_', '-', '.') nor a relative "
                     "path to your task's YAML ending in .yaml"
                 )
-        if len(set(tasks)) != len(tasks):
+        if tasks is not None and len(set(tasks)) != len(tasks):
             raise ValueError("a task is named twice")
         return tasks
+
+    @field_validator("environments")
+    @classmethod
+    def _environment_forms(cls, environments: list[str] | None) -> list[str] | None:
+        return check_environment_names(environments)
+
+    @model_validator(mode="after")
+    def _one_harness(self) -> EvalSpec:
+        check_harness_fields(self)
+        return self
 
     @field_validator("generation")
     @classmethod
@@ -111,7 +139,7 @@ class EvalSpec(BaseModel):
 
     def user_tasks(self) -> list[str]:
         """The tasks given as paths to the user's task YAML."""
-        return [task for task in self.tasks if _USER_TASK.fullmatch(task)]
+        return [task for task in self.tasks or [] if _USER_TASK.fullmatch(task)]
 
     def gen_kwargs(self) -> str:
         """The generation settings as lm-eval's ``--gen_kwargs`` text ('' when none)."""

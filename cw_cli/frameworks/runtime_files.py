@@ -26,6 +26,7 @@ EXPORT_FILE = "cw_export.py"  # `cw export`: a checkpoint turned into a model re
 ARTIFACTS_FILE = "cw_artifacts.py"  # `cw artifacts`: what a run left on its volume, as JSON
 FETCH_FILE = "cw_fetch.py"  # `cw download`: a folder's files with their hashes, a file from an offset
 EVAL_FILE = "cw_eval.py"  # an evaluation pod: lm-evaluation-harness on one model, its scores beside it
+VF_EVAL_FILE = "cw_vf_eval.py"  # beside cw_eval.py: verifiers environments scored by vf-eval against a local server
 EVAL_WATCH_FILE = "cw_eval_watch.py"  # the trainer's sidecar: one evaluation Job per complete checkpoint
 _SOURCES = {
     KEEPER_FILE: "cw_keeper.py",
@@ -43,6 +44,7 @@ _SOURCES = {
     ARTIFACTS_FILE: "cw_artifacts.py",
     FETCH_FILE: "cw_fetch.py",
     EVAL_FILE: "cw_eval.py",
+    VF_EVAL_FILE: "cw_vf_eval.py",
     EVAL_WATCH_FILE: "cw_eval_watch.py",
 }
 

@@ -19,7 +19,7 @@ from msgspec import Struct
 
 from cw_cli.errors import ConfigError
 from cw_cli.frameworks.base import CONFIG_MOUNT
-from cw_cli.frameworks.runtime_files import EVAL_FILE, PIP_FILE, runtime_file, with_requirements
+from cw_cli.frameworks.runtime_files import EVAL_FILE, PIP_FILE, VF_EVAL_FILE, runtime_file, with_requirements
 from cw_cli.labels import COMPONENT_LABEL, EVAL, GPU_RESOURCE
 from cw_cli.render.pod_parts import CONTAINER_SECURITY, POD_SECURITY
 from cw_cli.render.templates import render_manifest
@@ -65,16 +65,21 @@ def target(run_dir: str, which: str, base_model: str | None = None) -> EvalTarge
     return EvalTarget(f"checkpoint-{step}", step, f"{run_dir}/checkpoint-{step}", f"{run_dir}/checkpoint-{step}/{EVAL_DIR}")
 
 
-def pod_spec(spec: EvalSpec, users: list[UserTask], gpu: int) -> dict[str, Any]:
+def pod_spec(spec: EvalSpec, users: list[UserTask], gpu: int, shipped: dict[str, str] | None = None) -> dict[str, Any]:
     """The settings cw_eval.py reads (``cw-eval.json``): tasks by the names lm-eval reports them
-    under, the user's task files, and the backend for ``gpu`` GPUs."""
+    under, the user's task files, and the backend for ``gpu`` GPUs; or, for environments, vf-eval's
+    (render/eval_environments.py; ``shipped``: the run's Python ``files:`` by name -> text)."""
+    if spec.environments is not None:
+        from cw_cli.render.eval_environments import environment_settings
+
+        return environment_settings(spec, gpu, shipped or {})
     names = {user.path: user.name for user in users}
     files: dict[str, str] = {}
     for user in users:
         files.update(user.files)
     backend = spec.backend if spec.backend != "auto" else ("vllm" if gpu else "hf")
     return {
-        "harness": "lm-eval", "tasks": [names.get(task, task) for task in spec.tasks], "task_files": files,
+        "harness": "lm-eval", "tasks": [names.get(task, task) for task in spec.tasks or []], "task_files": files,
         "limit": spec.limit, "num_fewshot": spec.num_fewshot, "gen_kwargs": spec.gen_kwargs(),
         "batch_size": spec.batch_size, "backend": backend, "device": "cuda" if gpu else "cpu", "gpu": gpu,
         "metric": spec.metric, "higher_is_better": spec.higher_is_better,
@@ -86,8 +91,18 @@ def eval_gpu(spec: EvalSpec, trainer_gpu: int | None) -> int:
     return spec.gpu if spec.gpu is not None else (1 if trainer_gpu else 0)
 
 
-def settings_of(spec: EvalSpec, config_dir: Path, trainer_gpu: int | None) -> dict[str, Any]:
-    """:func:`pod_spec` of a checked ``eval:`` block, its user tasks read from ``config_dir``.
+def eval_requirements(settings: dict[str, Any]) -> list[str]:
+    """What the evaluation pod pip-installs when its image lacks it: the settings' own list (vf-eval's),
+    else lm-eval at cw's pin."""
+    from cw_cli.config.evaluation import LM_EVAL_REQUIREMENT
+
+    listed = settings.get("requirements")
+    return [str(r) for r in listed] if isinstance(listed, list) else [LM_EVAL_REQUIREMENT]
+
+
+def settings_of(spec: EvalSpec, config_dir: Path, trainer_gpu: int | None, files: list[str] | None = None) -> dict[str, Any]:
+    """:func:`pod_spec` of a checked ``eval:`` block, its user tasks read from ``config_dir`` (and, for
+    environments, the run's Python ``files:``, among which an environment may be).
 
     Raises:
         ConfigError: A user task changed since the config was read (or the block was never checked).
@@ -97,7 +112,12 @@ def settings_of(spec: EvalSpec, config_dir: Path, trainer_gpu: int | None) -> di
     problems, users = check_eval(spec, config_dir)
     if problems:
         raise ConfigError(problems, hint="fix the eval: block (docs/evaluation.md)")
-    return pod_spec(spec, users, eval_gpu(spec, trainer_gpu))
+    shipped = None
+    if spec.environments is not None:
+        from cw_cli.render.eval_environments import shipped_texts
+
+        shipped = shipped_texts(config_dir, files or [])
+    return pod_spec(spec, users, eval_gpu(spec, trainer_gpu), shipped)
 
 
 def run_eval_file(config: RunConfig) -> ShippedFile:
@@ -106,7 +126,7 @@ def run_eval_file(config: RunConfig) -> ShippedFile:
     from cw_cli.render.shipped_files import text_file
 
     assert config.cluster.eval is not None
-    settings = settings_of(config.cluster.eval, config.path.parent, config.cluster.gpu)
+    settings = settings_of(config.cluster.eval, config.path.parent, config.cluster.gpu, list(config.cluster.files))
     return text_file(SPEC_FILE, json.dumps(settings, indent=1, sort_keys=True))
 
 
@@ -181,6 +201,8 @@ def eval_manifests(
     if run_config_map:
         return [job]
     files = {EVAL_FILE: runtime_file(EVAL_FILE), SPEC_FILE: json.dumps(pod_settings, indent=1, sort_keys=True)}
+    if pod_settings.get("harness") == "vf-eval":  # cw_eval.py hands an evaluation by environments to it
+        files[VF_EVAL_FILE] = runtime_file(VF_EVAL_FILE)
     if requirements:
         files[PIP_FILE] = runtime_file(PIP_FILE)
     configmap_values = {"name": name, "namespace": namespace, "labels": labels, "files": files}
@@ -251,7 +273,6 @@ def watch_files(config: RunConfig, run_name: str, run_dir: str, labels: dict[str
     """The run's ConfigMap's files for the per-checkpoint evaluations: the Job cw_eval_watch.py
     creates for each checkpoint (rendered here, from the template, for :data:`TEMPLATE_STEP`),
     the final model's Job, the watcher, cw_eval.py and cw_pip.py (cw-eval.json is there already)."""
-    from cw_cli.config.evaluation import LM_EVAL_REQUIREMENT
     from cw_cli.frameworks.runtime_files import EVAL_WATCH_FILE
     from cw_cli.render.export import ExportFacts
     from cw_cli.render.shipped_files import text_file
@@ -268,15 +289,17 @@ def watch_files(config: RunConfig, run_name: str, run_dir: str, labels: dict[str
     )  # fmt: skip
     # Below the trainer: a PriorityClass, or on a queued run Kueue's WorkloadPriorityClass (same queue).
     queued = {KUEUE_QUEUE_LABEL: str(queue), **({KUEUE_PRIORITY_LABEL: spec.priority_class} if spec.priority_class else {})}
+    requirements = eval_requirements(settings_of(spec, config.path.parent, cluster.gpu, list(cluster.files)))
     resources = EvalResources(gpu=eval_gpu(spec, cluster.gpu), cpu=spec.cpu, memory=spec.memory, image=spec.image,
                               priority_class=None if queue else spec.priority_class)  # fmt: skip
     jobs = {
-        name: eval_manifests(facts, {}, target(run_dir, which), resources, namespace, requirements=[LM_EVAL_REQUIREMENT],
+        name: eval_manifests(facts, {}, target(run_dir, which), resources, namespace, requirements=requirements,
                              run_config_map=f"{run_name}-config", extra_labels=queued if queue else None)[0]
         for name, which in ((JOB_FILE, str(TEMPLATE_STEP)), (FINAL_JOB_FILE, "final"))
     }  # fmt: skip
     return [*(text_file(name, json.dumps(job, sort_keys=True)) for name, job in jobs.items()),
-            *(text_file(key, runtime_file(key)) for key in (EVAL_WATCH_FILE, EVAL_FILE, PIP_FILE))]  # fmt: skip
+            *(text_file(key, runtime_file(key)) for key in (EVAL_WATCH_FILE, EVAL_FILE, PIP_FILE)),
+            *([text_file(VF_EVAL_FILE, runtime_file(VF_EVAL_FILE))] if spec.environments is not None else [])]  # fmt: skip
 
 
 def watch_sidecar(image: str, pull_policy: str, run_dir: str, working_dir: str, config_mount: dict[str, Any],

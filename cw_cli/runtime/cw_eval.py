@@ -1,4 +1,4 @@
-"""Evaluate one model of a run with lm-evaluation-harness and write its scores beside it.
+"""Evaluate one model of a run with lm-evaluation-harness (or verifiers' vf-eval) and write its scores beside it.
 
 Runs in the evaluation pod (shipped in its ConfigMap; standard library only). The harness runs as
 it is, as its own command (``python -m lm_eval --model hf|vllm ...``): cw computes no metric. Its
@@ -16,6 +16,9 @@ same names). The evaluation's settings come from ``--spec``, a JSON file cw rend
     {"tasks": [...], "task_files": {"my_task.yaml": "...", "data.jsonl": "..."}, "limit": 200,
      "num_fewshot": null, "gen_kwargs": "temperature=0", "batch_size": 8, "backend": "hf",
      "device": "cpu", "gpu": 0, "metric": "...", "higher_is_better": true}
+
+Settings with ``"harness": "vf-eval"`` score verifiers environments instead, with verifiers' own
+``vf-eval`` against a server started on the model (cw_vf_eval.py, shipped beside this file).
 
 Usage: ``cw_eval.py --spec SPEC --model PATH --out DIR --checkpoint NAME [--step N]``.
 """
@@ -143,11 +146,19 @@ def log_to_wandb(document: dict[str, Any], environ: dict[str, str]) -> bool:
         return False
 
 
-def evaluate(spec: dict[str, Any], model: str, out: str, checkpoint: str, step: int | None) -> int:
-    """Run the harness on ``model`` and write ``out/scores.json``; the harness's exit status."""
+def _vf_eval(spec: dict[str, Any], model: str, out: str) -> tuple[int, dict[str, float], str]:
+    """vf-eval's scores of the environments (cw_vf_eval.py, beside this file in the pod)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import cw_vf_eval
+
+    code, scores = cw_vf_eval.evaluate(spec, model, out)
+    return code, scores, cw_vf_eval.harness_version()
+
+
+def _lm_eval(spec: dict[str, Any], model: str, out: str) -> tuple[int, dict[str, float], str]:
+    """lm-eval's scores of the tasks, its results kept under ``out/lm-eval``."""
     import time
 
-    os.makedirs(out, exist_ok=True)
     output_path = os.path.join(out, HARNESS_DIR)
     started = time.time() - 1
     with tempfile.TemporaryDirectory(prefix="cw-eval-tasks-") as tasks_dir:
@@ -159,15 +170,23 @@ def evaluate(spec: dict[str, Any], model: str, out: str, checkpoint: str, step: 
         code = subprocess.call(command, cwd=tasks_dir)
     if code != 0:
         print(f"cw_eval: lm-eval exited {code}; no scores written", file=sys.stderr, flush=True)
-        return code
+        return code, {}, ""
     results_file = _newest_results(output_path, started)
     if results_file is None:
         print(f"cw_eval: lm-eval wrote no results under {output_path}", file=sys.stderr, flush=True)
-        return 1
+        return 1, {}, ""
     with open(results_file, encoding="utf-8") as handle:
-        scores = scores_of(json.load(handle))
+        return 0, scores_of(json.load(handle)), _harness_version()
+
+
+def evaluate(spec: dict[str, Any], model: str, out: str, checkpoint: str, step: int | None) -> int:
+    """Run the harness on ``model`` and write ``out/scores.json``; the harness's exit status."""
+    os.makedirs(out, exist_ok=True)
+    code, scores, harness = (_vf_eval if spec.get("harness") == "vf-eval" else _lm_eval)(spec, model, out)
+    if code != 0:
+        return code
     document = {
-        "checkpoint": checkpoint, "step": step, "model": model, "harness": _harness_version(),
+        "checkpoint": checkpoint, "step": step, "model": model, "harness": harness,
         "metric": spec.get("metric"), "higher_is_better": bool(spec.get("higher_is_better", True)), "scores": scores,
         "finished_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }  # fmt: skip

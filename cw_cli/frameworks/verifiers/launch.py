@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cw_cli.config.eval_environments import module_of
 from cw_cli.frameworks.base import CONFIG_MOUNT, Launch, RunContext, TrainingType
 from cw_cli.frameworks.distributed import accelerate_args
 from cw_cli.frameworks.verifiers.pins import CONFIG_NAME, PRIME_CLI, VERIFIERS_IMAGE, VERIFIERS_STACK
@@ -25,8 +26,7 @@ class VerifiersLaunch(Launch):
         env_id = str(config["env"]["id"])
         if _module_name(env_id) in self._shipped_modules(context):
             return []
-        # As vf-rl does before vf-train: install the environment from its hub (needs network).
-        return [["prime", "env", "install", env_id, "--with", "pip"]]
+        return [environment_install(env_id)]
 
     @staticmethod
     def _shipped_modules(context: RunContext) -> set[str]:
@@ -77,7 +77,13 @@ class VerifiersLaunch(Launch):
 
 def _module_name(env_id: str) -> str:
     """The module verifiers imports for an environment id (its own rule: last path part, '-' -> '_')."""
-    return env_id.replace("-", "_").split("/")[-1]
+    return module_of(env_id)
+
+
+def environment_install(env_id: str) -> list[str]:
+    """As vf-rl does before vf-train: install the environment from its hub (needs network); the
+    evaluation pod of an ``eval: {environments: [...]}`` block runs the same."""
+    return ["prime", "env", "install", env_id, "--with", "pip"]
 
 
 def _off(value: object) -> bool:
