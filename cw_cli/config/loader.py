@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from cw_cli.config.model_building import OnDemand
 from cw_cli.config.models import CLUSTER_FIELDS, ClusterSpec, image_problem
 from cw_cli.config.options import LaunchOptions
 from cw_cli.config.written_forms import WrittenForms
@@ -93,11 +94,13 @@ def _format_validation_error(
 
 def _known_fields_at(loc: tuple[Any, ...]) -> list[str]:
     """Field names valid at a location, for "did you mean" on unknown keys."""
-    from cw_cli.config.models import NotifySpec, SecretRef, ServiceResources, Toleration
+    from cw_cli.config.models import SecretRef, ServiceResources, Toleration
 
-    nested: dict[str, type[BaseModel]] = {
-        "services": ServiceResources, "secrets": SecretRef, "tolerations": Toleration, "notify": NotifySpec
-    }
+    nested: dict[str, type[BaseModel]] = {"services": ServiceResources, "secrets": SecretRef, "tolerations": Toleration}
+    block = ClusterSpec.model_fields.get(str(loc[0])) if loc else None
+    on_demand = next((m for m in (block.metadata if block else []) if isinstance(m, OnDemand)), None)
+    if on_demand is not None:  # eval, notify, gate: their own model's fields
+        return sorted(on_demand.model().model_fields)
     model = nested.get(str(loc[0]), ClusterSpec) if loc else ClusterSpec
     return sorted(model.model_fields)
 

@@ -7,26 +7,35 @@ Unlike cw's other modules, this one keeps its annotations evaluated (no ``from _
 annotations``): pydantic would otherwise compile and evaluate each field's annotation string
 when the models are built, on every command that reads a config.
 
-The models are built at the end of this module with pydantic's plugin lookup off: see
-:func:`_build_without_plugin_lookup`.
+The models are built at the end of this module with pydantic's plugin lookup off, and the blocks
+few configs have (``eval:``, ``notify:``, ``gate:``) only when a config has them: see
+config/model_building.py.
 """
 
-import os
 import posixpath
 import re
-import sys
-import types
 from collections.abc import Callable, Mapping
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
 from pydantic.functional_validators import AfterValidator, BeforeValidator
 
-from cw_cli.config.evaluation import EvalSpec
-from cw_cli.config.gate import GateSpec
-from cw_cli.config.notify import NotifySpec
+from cw_cli.config.model_building import OnDemand, build_without_plugin_lookup
 from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
 from cw_cli.types import CODE_MOUNT
+
+if TYPE_CHECKING:  # what the blocks are; pydantic validates them with OnDemand
+    from cw_cli.config.evaluation import EvalSpec
+    from cw_cli.config.gate import GateSpec
+    from cw_cli.config.notify import NotifySpec
+
+    EvalBlock = EvalSpec | None
+    GateBlock = GateSpec | None
+    NotifyBlock = NotifySpec | None
+else:
+    EvalBlock = Annotated[Optional[Any], OnDemand("cw_cli.config.evaluation", "EvalSpec")]  # noqa: UP045 - null allowed, as written_forms reads it
+    GateBlock = Annotated[Optional[Any], OnDemand("cw_cli.config.gate", "GateSpec")]  # noqa: UP045
+    NotifyBlock = Annotated[Optional[Any], OnDemand("cw_cli.config.notify", "NotifySpec")]  # noqa: UP045
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -456,12 +465,12 @@ class ClusterSpec(StrictModel):
         "loading or NCCL set-up): stacks of every Python process go to <run>/.cw/stacks-<time>/ and the pod restarts. "
         "Default: not watched (loading and data preparation take from seconds to hours).",
     )
-    notify: NotifySpec | None = Field(
+    notify: NotifyBlock = Field(
         default=None,
         description="Notifications the cluster sends (Slack, email, Discord, a webhook...: Apprise URLs) on success, "
         "failure, stall and restart: {urls: [...], secret: <Secret for the URLs' {KEY} parts>, events: [...]}.",
     )
-    eval: EvalSpec | None = Field(
+    eval: EvalBlock = Field(
         default=None,
         description="Evaluate the checkpoints with lm-evaluation-harness (docs/evaluation.md): {tasks: [...], "
         "metric: <task>/<metric>, limit, generation, ...}.",
@@ -508,7 +517,7 @@ class ClusterSpec(StrictModel):
     services: dict[Literal["server", "reward"], ServiceResources] = Field(
         default={}, description="Per-service settings of multi-service types: server, reward."
     )
-    gate: GateSpec | None = Field(
+    gate: GateBlock = Field(
         default=None,
         description="The export gate: `cw export` refuses a checkpoint scoring worse than the base model by more "
         "than max_drop on metric (the evaluation's scores), unless --force.",
@@ -593,56 +602,4 @@ CLUSTER_FIELDS: frozenset[str] = frozenset(
 )
 
 
-#: pydantic's documented switch: "__all__" turns every plugin off.
-_PLUGIN_SWITCH = "PYDANTIC_DISABLE_PLUGINS"
-#: The module pydantic asks for its plugins each time it builds a validator. It imports
-#: ``importlib.metadata`` (with email, zipfile and csv) at its top, even when the switch is off.
-_PLUGIN_LOADER = "pydantic.plugin._loader"
-
-
-def _no_plugins() -> tuple[()]:
-    return ()
-
-
-def _build_without_plugin_lookup(*models: type[BaseModel]) -> None:
-    """Build the models' validators with pydantic's plugin lookup off, unless the user set the switch.
-
-    pydantic looks for plugins when it builds a validator, by reading the entry points of every
-    installed package: 12 M instructions in a 42-package environment and 31 M in one of 131 (an ML
-    one), on every command that reads a config, for a lookup cw's models have no use for. The
-    switch is set only while they are built: other models in the process (a notebook's) still
-    get their plugins.
-
-    Even with the switch set, importing pydantic's plugin loader imports ``importlib.metadata``:
-    52 M instructions, 6% of a dry run. Where nothing has imported the loader yet, a stand-in
-    that answers "no plugins" takes its place while cw's models are built, and is removed after,
-    so the next model built in the process imports the real loader and gets its plugins. Should
-    a pydantic release ask the loader for anything else, the models are built again without the
-    stand-in.
-    """
-    set_here = _PLUGIN_SWITCH not in os.environ
-    os.environ.setdefault(_PLUGIN_SWITCH, "__all__")
-    stand_in = set_here and _PLUGIN_LOADER not in sys.modules
-    if stand_in:
-        loader = types.ModuleType(_PLUGIN_LOADER, "cw's stand-in for pydantic's plugin loader while its models are built")
-        loader.get_plugins = _no_plugins  # type: ignore[attr-defined]
-        sys.modules[_PLUGIN_LOADER] = loader
-    try:
-        try:
-            for model in models:
-                model.model_rebuild()
-        except ImportError:  # a pydantic that wants more of the loader than get_plugins
-            if not stand_in:
-                raise
-            del sys.modules[_PLUGIN_LOADER]
-            stand_in = False
-            for model in models:
-                model.model_rebuild(force=True)
-    finally:
-        if stand_in and sys.modules.get(_PLUGIN_LOADER) is loader:
-            del sys.modules[_PLUGIN_LOADER]
-        if set_here:
-            del os.environ[_PLUGIN_SWITCH]
-
-
-_build_without_plugin_lookup(SecretRef, Toleration, VolumeMount, CodeSource, ServiceResources, NotifySpec, EvalSpec, ClusterSpec)
+build_without_plugin_lookup(SecretRef, Toleration, VolumeMount, CodeSource, ServiceResources, ClusterSpec)

@@ -11,9 +11,10 @@ Secret a run names.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cw_cli.config.notify import NotifySpec
+if TYPE_CHECKING:
+    from cw_cli.config.notify import NotifySpec
 
 NOTIFY_ENV = "CW_NOTIFY"  # cw_notify.NOTIFY_ENV
 SECRET_VARIABLE = "CW_NOTIFY_SECRET_{index}"
