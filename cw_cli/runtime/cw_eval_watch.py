@@ -137,7 +137,8 @@ def trainer_finished(finished_file: str) -> bool:
         record = json.loads(_read(finished_file))
     except (OSError, ValueError):
         return False
-    return isinstance(record, dict) and record.get("exit_code") == 0
+    # An int 0 exactly: false and 0.0 equal 0 in Python, and are no exit status.
+    return isinstance(record, dict) and type(record.get("exit_code")) is int and record["exit_code"] == 0
 
 
 def final_ready(run_dir: str, finished_file: str) -> bool:

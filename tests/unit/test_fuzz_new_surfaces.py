@@ -186,3 +186,21 @@ def test_any_notify_urls_are_taken_or_refused_naming_the_field(urls, secret):
         check_urls(spec, Path("/tmp/config.yaml"))
     except CwError as error:
         assert "notify.urls[" in str(error) + " ".join(getattr(error, "issues", []) or [])
+
+
+import cw_eval_watch  # noqa: E402
+
+
+@SETTINGS
+@given(json_values | st.binary(max_size=40) | st.fixed_dictionaries({"exit_code": scalars | st.just(0)}, optional={"finished_at": scalars}),
+       st.booleans())  # fmt: skip
+def test_the_watcher_reads_any_finished_record_as_a_yes_or_a_no(tmp_path_factory, content, model_there):
+    """The trainer's ``.cw/finished.json`` lies on a volume anyone may write: any bytes give a yes or a no."""
+    run = tmp_path_factory.mktemp("run")
+    record = run / "finished.json"
+    record.write_bytes(content if isinstance(content, bytes) else json.dumps(content, allow_nan=True).encode())
+    if model_there:
+        (run / "config.json").write_text("{}")
+    finished = cw_eval_watch.trainer_finished(str(record))
+    assert finished is (isinstance(content, dict) and type(content.get("exit_code")) is int and content["exit_code"] == 0)
+    assert cw_eval_watch.final_ready(str(run), str(record)) is (finished and model_there)
