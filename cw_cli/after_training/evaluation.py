@@ -94,6 +94,11 @@ def eval_settings(run_name: str, settings: dict[str, Any] | None, tasks: list[st
         ConfigError: No tasks (the run had no ``eval:`` and none given), an unknown task, a metric
             they do not report.
     """
+    if settings is not None and settings.get("harness") == "vf-eval" and not tasks and (metric or limit is not None):
+        from cw_cli.render.eval_environments import with_flags  # the run's environments, scored by vf-eval
+
+        settings = with_flags(settings, metric, limit)
+        metric, limit = None, None
     if tasks or metric or limit is not None:
         run_gpu = int((settings or {}).get("gpu") or 0)
         return flag_settings(tasks or list((settings or {}).get("tasks") or []), metric,

@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cw_cli.config.eval_environments import module_of
+from cw_cli.config.eval_environments import module_of, score_prefix
+from cw_cli.errors import ConfigError
 from cw_cli.frameworks.verifiers.launch import environment_install
 from cw_cli.frameworks.verifiers.pins import PRIME_CLI, VERIFIERS_VERSION
 
@@ -67,3 +68,26 @@ def with_gpu(settings: dict[str, Any], gpu: int) -> dict[str, Any]:
     requirements = [r for r in settings.get("requirements") or [] if r not in CPU_SERVER_REQUIREMENTS]
     return {**settings, "gpu": gpu, "serve_with": "vllm" if gpu else "transformers",
             "requirements": requirements if gpu else [*requirements, *CPU_SERVER_REQUIREMENTS]}  # fmt: skip
+
+
+def with_flags(settings: dict[str, Any], metric: str | None, limit: float | None) -> dict[str, Any]:
+    """vf-eval's settings of a run with ``cw eval RUN --metric ENV/NAME --limit N`` (no ``--tasks``).
+
+    Raises:
+        ConfigError: A metric of no environment of the run, a limit that is no whole number.
+    """
+    names = [score_prefix(str(env)) for env in settings.get("environments") or []]
+    problems = []
+    if metric is not None and (metric.count("/") != 1 or metric.partition("/")[0] not in names or not metric.partition("/")[2]):
+        problems.append(f"--metric: {metric!r} is no <environment>/<score> of this run's environments "
+                        f"(their scores: {', '.join(f'{n}/reward' for n in names)}, ...)")  # fmt: skip
+    if limit is not None and (limit < 1 or limit != int(limit)):
+        problems.append(f"--limit: {limit} is no whole number of examples per environment (vf-eval's --num-examples)")
+    if problems:
+        raise ConfigError(problems, hint=f"cw eval RUN --metric {names[0] if names else 'ENV'}/reward --limit 20")
+    changed = {**settings}
+    if metric is not None:
+        changed["metric"] = metric
+    if limit is not None:
+        changed["num_examples"] = int(limit)
+    return changed

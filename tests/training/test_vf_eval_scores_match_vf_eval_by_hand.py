@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -150,6 +151,9 @@ def test_the_rendered_evaluation_of_an_environment_scores_as_vf_eval_by_hand(req
     assert scores["harness"] == "vf-eval 0.1.9.post3"
     assert list((checkpoint / "cw-eval" / "vf-eval" / ENV_ID).glob("outputs/evals/*/*/results.jsonl")), "vf-eval's own output is kept"
     assert "transformers serve" in done.stdout and "vf-eval cw-reverse-text" in done.stdout
+    port = int(re.search(r"--port (\d+)", done.stdout).group(1))  # type: ignore[union-attr]
+    with pytest.raises(OSError):  # the server was stopped with the evaluation
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5)
 
     modules = tmp_path / "modules"
     modules.mkdir()

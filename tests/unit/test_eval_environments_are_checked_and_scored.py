@@ -152,3 +152,15 @@ def test_failed_rollouts_are_counted_from_vf_evals_results(tmp_path):
     results.write_text('{"reward": 0, "error": "ModelError()"}\n{"reward": 1, "error": null}\nnot json\n')
     assert cw_vf_eval.rollout_errors(str(results)) == (1, 2, "ModelError()")
     assert cw_vf_eval.rollout_errors(str(tmp_path / "missing")) == (0, 0, "")
+
+
+def test_cw_eval_flags_change_an_environment_runs_metric_and_examples_or_are_refused_naming_the_flag():
+    from cw_cli.after_training.evaluation import eval_settings
+
+    run = {"harness": "vf-eval", "environments": ["owner/my-env"], "metric": "my-env/reward", "num_examples": 5, "gpu": 0}
+    changed = eval_settings("r", run, [], "my-env/exact", 20, None)
+    assert (changed["metric"], changed["num_examples"], changed["harness"]) == ("my-env/exact", 20, "vf-eval")
+    with pytest.raises(ConfigError) as caught:
+        eval_settings("r", run, [], "other/reward", 2.5, None)
+    assert any(i.startswith("--metric: 'other/reward'") for i in caught.value.issues)
+    assert any(i.startswith("--limit: 2.5 is no whole number") for i in caught.value.issues)
