@@ -28,6 +28,7 @@ FETCH_FILE = "cw_fetch.py"  # `cw download`: a folder's files with their hashes,
 EVAL_FILE = "cw_eval.py"  # an evaluation pod: lm-evaluation-harness on one model, its scores beside it
 VF_EVAL_FILE = "cw_vf_eval.py"  # beside cw_eval.py: verifiers environments scored by vf-eval against a local server
 EVAL_WATCH_FILE = "cw_eval_watch.py"  # the trainer's sidecar: one evaluation Job per complete checkpoint
+POD_API_FILE = "cw_pod_api.py"  # beside the keepers and the watcher: their API calls, with the pod's token
 _SOURCES = {
     KEEPER_FILE: "cw_keeper.py",
     REWARD_SERVER_FILE: "reward_server.py",
@@ -46,6 +47,7 @@ _SOURCES = {
     EVAL_FILE: "cw_eval.py",
     VF_EVAL_FILE: "cw_vf_eval.py",
     EVAL_WATCH_FILE: "cw_eval_watch.py",
+    POD_API_FILE: "cw_pod_api.py",
 }
 
 REWARD_FUNCTION = "cw_reward.remote_reward"

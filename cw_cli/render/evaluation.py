@@ -273,7 +273,7 @@ def watch_files(config: RunConfig, run_name: str, run_dir: str, labels: dict[str
     """The run's ConfigMap's files for the per-checkpoint evaluations: the Job cw_eval_watch.py
     creates for each checkpoint (rendered here, from the template, for :data:`TEMPLATE_STEP`),
     the final model's Job, the watcher, cw_eval.py and cw_pip.py (cw-eval.json is there already)."""
-    from cw_cli.frameworks.runtime_files import EVAL_WATCH_FILE
+    from cw_cli.frameworks.runtime_files import EVAL_WATCH_FILE, POD_API_FILE
     from cw_cli.render.export import ExportFacts
     from cw_cli.render.shipped_files import text_file
 
@@ -298,7 +298,7 @@ def watch_files(config: RunConfig, run_name: str, run_dir: str, labels: dict[str
         for name, which in ((JOB_FILE, str(TEMPLATE_STEP)), (FINAL_JOB_FILE, "final"))
     }  # fmt: skip
     return [*(text_file(name, json.dumps(job, sort_keys=True)) for name, job in jobs.items()),
-            *(text_file(key, runtime_file(key)) for key in (EVAL_WATCH_FILE, EVAL_FILE, PIP_FILE)),
+            *(text_file(key, runtime_file(key)) for key in (EVAL_WATCH_FILE, POD_API_FILE, EVAL_FILE, PIP_FILE)),
             *([text_file(VF_EVAL_FILE, runtime_file(VF_EVAL_FILE))] if spec.environments is not None else [])]  # fmt: skip
 
 

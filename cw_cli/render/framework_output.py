@@ -17,6 +17,7 @@ from cw_cli.frameworks.runtime_files import (
     KEEPER_FILE,
     NOTIFY_FILE,
     PIP_FILE,
+    POD_API_FILE,
     PROGRESS_FILE,
     runtime_file,
 )
@@ -63,7 +64,8 @@ def volume_choice(request: RunRequest, framework: BaseTrainingFramework) -> list
 
 
 #: cw's pod-side files a run's ConfigMap may carry: a user's file may not take their names.
-RUNTIME_KEYS = (NOTIFY_FILE, PIP_FILE, ENTRYPOINT_FILE, FAULT_FILE, PROGRESS_FILE, KEEPER_FILE, CODE_FILE, CODE_ARCHIVE)
+RUNTIME_KEYS = (NOTIFY_FILE, PIP_FILE, ENTRYPOINT_FILE, FAULT_FILE, PROGRESS_FILE, KEEPER_FILE, POD_API_FILE, CODE_FILE,
+                CODE_ARCHIVE)
 
 
 class FrameworkOutput(Struct):
@@ -154,7 +156,7 @@ def configmap_files(request: RunRequest, output: FrameworkOutput, workload: Work
     if request.config.cluster.notify is not None and not request.services_only:
         runtime.append(NOTIFY_FILE)  # cw_notify.py: the trainer tells the user (issue 34)
     if output.services and workload.strategy.server_keeper:  # a JobSet stops its servers itself
-        runtime.append(KEEPER_FILE)
+        runtime += [KEEPER_FILE, POD_API_FILE]
     if request.config.cluster.code is not None and not request.services_only:
         runtime.append(CODE_FILE)
     files = [*output.files, *(text_file(key, runtime_file(key)) for key in runtime)]

@@ -17,7 +17,7 @@ from msgspec import Struct
 
 from cw_cli.client.resources import RESOURCES
 from cw_cli.frameworks.base import CONFIG_MOUNT
-from cw_cli.frameworks.runtime_files import RUNTIME_DIR
+from cw_cli.frameworks.runtime_files import POD_API_FILE, RUNTIME_DIR
 from cw_cli.labels import MANAGED_BY, MANAGED_BY_LABEL, PART_OF, PART_OF_LABEL, PIPELINE_LABEL, STAGE_LABEL
 from cw_cli.render.helper_pods import READER_IMAGE
 from cw_cli.render.plan import Plan
@@ -150,8 +150,8 @@ def keeper_manifests(pipeline: str, stages: list[PlannedStage], created: set[str
                      "serviceAccountName": name, "restartPolicy": "OnFailure", "securityContext": POD_SECURITY,
                      "containers": [container], "volumes": [{"name": "config", "configMap": {"name": name}}]}}},
     }  # fmt: skip
-    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": dict(meta),
-                  "data": {"pipeline.json": text, PIPELINE_FILE: (RUNTIME_DIR / PIPELINE_FILE).read_text(encoding="utf-8")}}  # fmt: skip
+    shipped = {key: (RUNTIME_DIR / key).read_text(encoding="utf-8") for key in (PIPELINE_FILE, POD_API_FILE)}
+    config_map = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": dict(meta), "data": {"pipeline.json": text, **shipped}}
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": dict(meta)}
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": dict(meta),
             "rules": keeper_rules(pipeline, stages, created)}  # fmt: skip

@@ -1,8 +1,8 @@
 """cw's evaluation watcher: one evaluation Job per complete checkpoint, while training goes on.
 
 Copied verbatim into the run's ConfigMap (key ``cw_eval_watch.py``) and run as a sidecar of the
-trainer pod (a native sidecar: it ends with the trainer), so it must stay one file with no cw
-imports (standard library only). Every ``CW_EVAL_POLL_S`` seconds it looks in the run's folder
+trainer pod (a native sidecar: it ends with the trainer), so it stays standard library only, with
+no cw imports (``cw_pod_api.py``, shipped beside it, makes its calls). Every ``CW_EVAL_POLL_S`` seconds it looks in the run's folder
 (``CW_EVAL_RUN_DIR``) for ``checkpoint-N`` folders that are complete (``trainer_state.json``,
 and the ``.cw-complete`` marker where the run's checkpoints carry markers: cw_fault.py writes it
 once every rank finished) and have no scores yet, and creates, through the API server with the
@@ -14,10 +14,11 @@ that exists already (409) counts as created, so the pods of a multi-node trainer
 On SIGTERM (the trainer has ended) it looks one last time, then exits 0. That last look also
 scores the final model: where the trainer succeeded (``CW_EVAL_FINISHED_FILE``, written by
 cw_entrypoint only on exit 0, says so), the run's folder holds a model at its top and has no final
-scores yet, it creates the final evaluation Job (``CW_EVAL_FINAL_JOB_FILE``, rendered at launch). The API server, token and
-CA come from the standard in-cluster places; ``CW_EVAL_API``, ``CW_EVAL_TOKEN_FILE``,
-``CW_EVAL_CA_FILE`` and ``CW_EVAL_NAMESPACE`` override them (tests run it as a local process
-against a real API server). ``--once`` looks one time and exits 0.
+scores yet, it creates the final evaluation Job (``CW_EVAL_FINAL_JOB_FILE``, rendered at launch).
+
+``CW_EVAL_API``, ``CW_EVAL_TOKEN_FILE``, ``CW_EVAL_CA_FILE`` and ``CW_EVAL_NAMESPACE`` override
+the in-cluster API server, token, CA and namespace (tests run it as a local process against a real
+API server). ``--once`` looks one time and exits 0.
 """
 
 from __future__ import annotations
@@ -26,15 +27,15 @@ import json
 import os
 import re
 import signal
-import ssl
 import sys
 import time
 import urllib.error
-import urllib.request
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # cw_pod_api.py is shipped beside this file
+from cw_pod_api import PodApi, read_text  # noqa: E402
+
 _PREFIX = "[cw-eval-watch]"
-SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 COMPLETE_MARKER = ".cw-complete"  # cw_fault.COMPLETE_MARKER
 #: The step the Job template was rendered for; replaced by each checkpoint's (render/evaluation.py: TEMPLATE_STEP).
 TEMPLATE_STEP = "987654321"
@@ -49,30 +50,17 @@ def log(message: str) -> None:
     print(f"{_PREFIX} {message}", file=sys.stderr, flush=True)
 
 
-def _read(path: str) -> str:
-    with open(path, encoding="utf-8") as fh:
-        return fh.read()
-
-
-class Api:
+class Api(PodApi):
     """The one API call the watcher makes (create a Job), with the pod's ServiceAccount token."""
 
     def __init__(self, environ: dict) -> None:
-        host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT", "443")
-        self.server = environ.get("CW_EVAL_API") or f"https://{host}:{port}"
-        self.token_file = environ.get("CW_EVAL_TOKEN_FILE") or f"{SA_DIR}/token"
-        self.context = ssl.create_default_context(cafile=environ.get("CW_EVAL_CA_FILE") or f"{SA_DIR}/ca.crt")
-        self.namespace = environ.get("CW_EVAL_NAMESPACE") or _read(f"{SA_DIR}/namespace").strip()
+        super().__init__(environ, "CW_EVAL")
 
     def create_job(self, job: dict) -> bool:
         """Create ``job``; False where it exists already."""
-        request = urllib.request.Request(f"{self.server}/apis/batch/v1/namespaces/{self.namespace}/jobs",
-                                         data=json.dumps(job).encode(), method="POST")  # fmt: skip
-        request.add_header("Authorization", f"Bearer {_read(self.token_file).strip()}")  # re-read: it rotates
-        request.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(request, context=self.context, timeout=20):
-                return True
+            self.call("POST", "/apis/batch/v1/namespaces/{ns}/jobs", job)
+            return True
         except urllib.error.HTTPError as exc:
             if exc.code == 409:
                 return False
@@ -134,7 +122,7 @@ def look(api: Api, template: dict, run_dir: str, created: set[int]) -> None:
 def trainer_finished(finished_file: str) -> bool:
     """Whether the trainer's command ended with exit 0 (its record exists and says so)."""
     try:
-        record = json.loads(_read(finished_file))
+        record = json.loads(read_text(finished_file))
     except (OSError, ValueError):
         return False
     # An int 0 exactly: false and 0.0 equal 0 in Python, and are no exit status.
@@ -156,7 +144,7 @@ def look_final(api: Api, env: dict) -> None:
     job_file, finished_file = env.get("CW_EVAL_FINAL_JOB_FILE"), env.get("CW_EVAL_FINISHED_FILE")
     if not job_file or not finished_file or not final_ready(env["CW_EVAL_RUN_DIR"], finished_file):
         return
-    job = json.loads(_read(job_file))
+    job = json.loads(read_text(job_file))
     made = api.create_job(job)
     log(f"final model: {'created' if made else 'found'} evaluation Job {job['metadata']['name']}")
 
@@ -165,7 +153,7 @@ def main(argv: list[str] | None = None, environ: dict | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if environ is None else environ)
     run_dir = env["CW_EVAL_RUN_DIR"]
-    template = json.loads(_read(env["CW_EVAL_JOB_FILE"]))
+    template = json.loads(read_text(env["CW_EVAL_JOB_FILE"]))
     api = Api(env)
     poll_s = float(env.get("CW_EVAL_POLL_S", "30"))
     created: set[int] = set()

@@ -1,9 +1,10 @@
 """cw's server keeper: stops a run's server once its trainer has finished, or its lifetime is over.
 
 Copied verbatim into the run's ConfigMap (key ``cw_keeper.py``) and run as a small second
-container beside each server (vLLM, reward model), so it must stay one file with no cw imports
-(standard library only). Every ``CW_KEEPER_POLL_S`` seconds it reads, through the API server with
-the run's own ServiceAccount token (a Role allows exactly this and nothing else):
+container beside each server (vLLM, reward model), so it stays standard library only, with no
+cw imports (``cw_pod_api.py``, shipped beside it, makes its calls). Every ``CW_KEEPER_POLL_S``
+seconds it reads, through the API server with the run's own ServiceAccount token (a Role allows
+exactly this and nothing else):
 
 * ``CW_TRAINER_JOB``: the trainer Job. Once it has a ``Complete`` or ``Failed`` condition (after
   the Job's own retries), or is gone, the keeper scales ``CW_KEEPER_DEPLOYMENT`` to zero replicas;
@@ -18,17 +19,16 @@ process against a real API server). ``--once`` checks one time and exits 0 (stop
 
 from __future__ import annotations
 
-import json
 import os
-import ssl
 import sys
 import time
 import urllib.error
-import urllib.request
 from datetime import datetime, timezone
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # cw_pod_api.py is shipped beside this file
+from cw_pod_api import PodApi  # noqa: E402
+
 _PREFIX = "[cw-keeper]"
-SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 NOT_YET = 3
 
 
@@ -36,32 +36,11 @@ def log(message: str) -> None:
     print(f"{_PREFIX} {message}", file=sys.stderr, flush=True)
 
 
-class Api:
+class Api(PodApi):
     """The few API calls the keeper makes, with the pod's ServiceAccount token."""
 
     def __init__(self, environ: dict) -> None:
-        host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT", "443")
-        self.server = environ.get("CW_KEEPER_API") or f"https://{host}:{port}"
-        self.token_file = environ.get("CW_KEEPER_TOKEN_FILE") or f"{SA_DIR}/token"
-        ca_file = environ.get("CW_KEEPER_CA_FILE") or f"{SA_DIR}/ca.crt"
-        self.context = ssl.create_default_context(cafile=ca_file)
-        self.namespace = environ.get("CW_KEEPER_NAMESPACE") or _read(f"{SA_DIR}/namespace").strip()
-
-    def call(self, method: str, path: str, body: dict | None = None) -> dict | None:
-        """JSON of the response, or None for 404."""
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.server + path, data=data, method=method)
-        request.add_header("Authorization", f"Bearer {_read(self.token_file).strip()}")  # re-read: it rotates
-        request.add_header("Accept", "application/json")
-        if body is not None:
-            request.add_header("Content-Type", "application/merge-patch+json")
-        try:
-            with urllib.request.urlopen(request, context=self.context, timeout=20) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            raise
+        super().__init__(environ, "CW_KEEPER")
 
     def job(self, name: str) -> dict | None:
         return self.call("GET", f"/apis/batch/v1/namespaces/{self.namespace}/jobs/{name}")
@@ -72,11 +51,6 @@ class Api:
     def scale_to_zero(self, name: str) -> None:
         path = f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{name}/scale"
         self.call("PATCH", path, {"spec": {"replicas": 0}})
-
-
-def _read(path: str) -> str:
-    with open(path, encoding="utf-8") as fh:
-        return fh.read()
 
 
 def trainer_finished(job: dict | None) -> str | None:

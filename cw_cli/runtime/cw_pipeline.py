@@ -2,7 +2,8 @@
 succeeded, and stops the rest when one fails, with no cw running anywhere.
 
 Shipped in the pipeline's ConfigMap (key ``cw_pipeline.py``) beside ``pipeline.json`` and run by
-the pipeline's keeper Job; one file, standard library only, no cw imports. ``pipeline.json``
+the pipeline's keeper Job; standard library only, no cw imports (``cw_pod_api.py``, shipped
+beside it, makes its calls). ``pipeline.json``
 holds every stage cw rendered at launch::
 
     {"name": "rlhf", "configmap": "rlhf-pipeline", "order": ["sft", "dpo"],
@@ -30,14 +31,14 @@ from __future__ import annotations
 
 import json
 import os
-import ssl
 import sys
 import time
 import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # cw_pod_api.py is shipped beside this file
+from cw_pod_api import PodApi, read_text  # noqa: E402
 
 _PREFIX = "[cw-pipeline]"
-SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 STATES_ANNOTATION = "cw-cli.dev/pipeline-stages"
 NOT_YET = 3
 DONE = ("Succeeded", "Failed", "Skipped", "Deleted")
@@ -47,36 +48,11 @@ def log(message: str) -> None:
     print(f"{_PREFIX} {message}", file=sys.stderr, flush=True)
 
 
-def _read(path: str) -> str:
-    with open(path, encoding="utf-8") as fh:
-        return fh.read()
-
-
-class Api:
-    """The few API calls the keeper makes, with the pod's ServiceAccount token."""
+class Api(PodApi):
+    """The keeper's calls, with the pipeline's ServiceAccount token (``CW_KEEPER_*`` overrides)."""
 
     def __init__(self, environ: dict) -> None:
-        host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT", "443")
-        self.server = environ.get("CW_KEEPER_API") or f"https://{host}:{port}"
-        self.token_file = environ.get("CW_KEEPER_TOKEN_FILE") or f"{SA_DIR}/token"
-        self.context = ssl.create_default_context(cafile=environ.get("CW_KEEPER_CA_FILE") or f"{SA_DIR}/ca.crt")
-        self.namespace = environ.get("CW_KEEPER_NAMESPACE") or _read(f"{SA_DIR}/namespace").strip()
-
-    def call(self, method: str, path: str, body: dict | None = None, patch: bool = False) -> dict | None:
-        """JSON of the response, or None for 404."""
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.server + path.replace("{ns}", self.namespace), data=data, method=method)
-        request.add_header("Authorization", f"Bearer {_read(self.token_file).strip()}")  # re-read: it rotates
-        request.add_header("Accept", "application/json")
-        if body is not None:
-            request.add_header("Content-Type", "application/merge-patch+json" if patch else "application/json")
-        try:
-            with urllib.request.urlopen(request, context=self.context, timeout=20) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            raise
+        super().__init__(environ, "CW_KEEPER")
 
 
 def owner_state(owner: dict | None) -> str:
@@ -121,7 +97,7 @@ def create_stage(api: Api, stage: dict) -> None:
         body["metadata"]["ownerReferences"] = [reference]
         _create(api, item["path"], body)
     if stage.get("suspend"):
-        api.call("PATCH", f"{owner_spec['path']}/{made['metadata']['name']}", {"spec": {"suspend": False}}, patch=True)
+        api.call("PATCH", f"{owner_spec['path']}/{made['metadata']['name']}", {"spec": {"suspend": False}})
 
 
 def decide(document: dict, states: dict, owners: dict) -> dict:
@@ -167,14 +143,14 @@ def one_round(api: Api, document: dict) -> bool:
         elif state == "Skipped" and states.get(name) != "Skipped":
             log(f"stage {name}: skipped (a stage it waits for failed or was deleted)")
     if decided != states:
-        api.call("PATCH", path, {"metadata": {"annotations": {STATES_ANNOTATION: json.dumps(decided, sort_keys=True)}}}, patch=True)
+        api.call("PATCH", path, {"metadata": {"annotations": {STATES_ANNOTATION: json.dumps(decided, sort_keys=True)}}})
     return all(state in DONE for state in decided.values())
 
 
 def main(argv: list[str] | None = None, environ: dict | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if environ is None else environ)
-    document = json.loads(_read(env.get("CW_PIPELINE_FILE") or "/etc/cw/pipeline.json"))
+    document = json.loads(read_text(env.get("CW_PIPELINE_FILE") or "/etc/cw/pipeline.json"))
     api = Api(env)
     poll_s = float(env.get("CW_PIPELINE_POLL_S", "20"))
     log(f"keeping pipeline {document['name']}: stages {', '.join(document.get('order') or document['stages'])}")

@@ -65,7 +65,7 @@ def test_one_lower_priority_evaluation_job_per_complete_checkpoint(kube_api, nam
     assert [m.mount_path for m in sidecar.volume_mounts] == ["/etc/cw", "/checkpoints", "/var/run/secrets/kubernetes.io/serviceaccount"]
     assert all(m.mount_path != "/var/run/secrets/kubernetes.io/serviceaccount" for m in trainer.containers[0].volume_mounts)
     data = core.read_namespaced_config_map("evw-config", namespace).data
-    for key in ("cw_eval_watch.py", "cw-eval-job.json", "cw-eval-final-job.json", "cw_eval.py"):
+    for key in ("cw_eval_watch.py", "cw_pod_api.py", "cw-eval-job.json", "cw-eval-final-job.json", "cw_eval.py"):
         (tmp_path / key).write_text(data[key])
     token = tmp_path / "token"
     token.write_text(core.create_namespaced_service_account_token(
@@ -138,7 +138,7 @@ def test_a_jobset_runs_trainer_pods_run_the_watcher_with_its_own_account(queued_
     assert {p.spec.service_account_name for p in pods} == {"gangev-eval"}
     sidecar = next(c for c in pods[0].spec.init_containers if c.name == "eval-watch")
     data = core.read_namespaced_config_map("gangev-config", namespace).data
-    for key in ("cw_eval_watch.py", "cw-eval-job.json", "cw-eval-final-job.json", "cw_eval.py"):
+    for key in ("cw_eval_watch.py", "cw_pod_api.py", "cw-eval-job.json", "cw-eval-final-job.json", "cw_eval.py"):
         (tmp_path / key).write_text(data[key])
     token = tmp_path / "token"
     token.write_text(core.create_namespaced_service_account_token(

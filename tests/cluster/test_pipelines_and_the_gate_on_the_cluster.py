@@ -45,6 +45,7 @@ def _keeper(api: client.ApiClient, namespace: str, pipeline: str, tmp_path: Path
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     data = core.read_namespaced_config_map(f"{pipeline}-pipeline", namespace).data
     (tmp_path / "cw_pipeline.py").write_text(data["cw_pipeline.py"])
+    (tmp_path / "cw_pod_api.py").write_text(data["cw_pod_api.py"])
     (tmp_path / "pipeline.json").write_text(data["pipeline.json"])
     template = batch.read_namespaced_job(f"{pipeline}-pipeline", namespace).spec.template.spec
     token = core.create_namespaced_service_account_token(template.service_account_name, namespace,

@@ -46,8 +46,9 @@ def keeper_env(api: client.ApiClient, namespace: str, deployment: str, tmp_path:
 
 
 def keeper_script(api: client.ApiClient, namespace: str, run: str, tmp_path: Path) -> Path:
-    """cw_keeper.py exactly as the run's ConfigMap ships it."""
+    """cw_keeper.py exactly as the run's ConfigMap ships it (with cw_pod_api.py beside it, as mounted)."""
     data = client.CoreV1Api(api).read_namespaced_config_map(f"{run}-config", namespace).data
+    (tmp_path / "cw_pod_api.py").write_text(data["cw_pod_api.py"])
     path = tmp_path / "cw_keeper.py"
     path.write_text(data["cw_keeper.py"])
     return path

@@ -67,6 +67,7 @@ def test_trainer_runs_verifiers_own_vf_train_under_deepspeed_after_installing_it
     ]  # fmt: skip
     data = obj(plan, "ConfigMap", f"{RUN}-config")["data"]
     assert set(data) == {"config.toml", "cw_reverse_text.py", "cw_pip.py", "cw_entrypoint.py", "cw_fault.py", "cw_progress.py", "cw_keeper.py",
+                         "cw_pod_api.py",
                          "cw_vf_resume.py"}  # fmt: skip
 
 
