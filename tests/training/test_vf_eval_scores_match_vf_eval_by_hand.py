@@ -163,3 +163,27 @@ def test_the_rendered_evaluation_of_an_environment_scores_as_vf_eval_by_hand(req
     assert scores["scores"] == expected
     assert set(expected) >= {f"{ENV_ID}/reward", f"{ENV_ID}/reversal_similarity", f"{ENV_ID}/format_reward_func"}
     print(f"\nscores of checkpoint-2 ({took:.0f} s through cw): {scores['scores']}")
+
+
+def test_the_gpu_servers_command_is_one_vllm_takes(tmp_path):
+    """The GPU path's `vllm serve` argv (a full model on 2 GPUs; a LoRA checkpoint on its base) goes
+    through vLLM 0.10.2's own serve parser and checks (the verifiers image's vLLM; no GPU here)."""
+    from test_framework_configs import _python_with
+
+    python = _python_with("vllm", "CW_VERIFIERS_PYTHON")
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-0.5B", "r": 12}))
+    script = f"""
+import json, sys
+sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).resolve().parents[2] / "cw_cli" / "runtime")!r}]
+import cw_vf_eval
+from validate_verifiers import parse_server_args
+for model, gpu in (("/checkpoints/run/checkpoint-4", 2), ({str(tmp_path)!r}, 1)):
+    argv = cw_vf_eval.server_command({{"serve_with": "vllm", "gpu": gpu}}, model, 8123)
+    assert argv[:2] == ["vllm", "serve"], argv
+    print(json.dumps(parse_server_args(["--model", argv[2], *argv[3:]])))  # `vllm serve M` is --model M
+"""
+    done = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=300, env={**os.environ, **OFFLINE_ENV})
+    assert done.returncode == 0, done.stderr[-3000:]
+    full, lora = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
+    assert full["parsed"] and full["args"]["tensor_parallel_size"] == 2 and full["args"]["port"] == 8123
+    assert lora["parsed"] and lora["args"]["model"] == "Qwen/Qwen2.5-0.5B"
