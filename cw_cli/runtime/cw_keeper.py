@@ -21,15 +21,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-import urllib.error
 from datetime import datetime, timezone
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # cw_pod_api.py is shipped beside this file
-from cw_pod_api import PodApi  # noqa: E402
+from cw_pod_api import PodApi, poll  # noqa: E402
 
 _PREFIX = "[cw-keeper]"
-NOT_YET = 3
 
 
 def log(message: str) -> None:
@@ -93,19 +90,15 @@ def main(argv: list[str] | None = None, environ: dict | None = None) -> int:
     api = Api(env)
     poll_s = float(env.get("CW_KEEPER_POLL_S", "15"))
     log(f"keeping {deployment}: trainer {env.get('CW_TRAINER_JOB') or '-'}, lifetime {env.get('CW_LIFETIME_S') or '-'} s")
-    while True:
-        try:
-            reason = check(api, env)
-        except (OSError, ValueError, urllib.error.URLError) as exc:  # API hiccup: try again next round
-            log(f"cannot check yet: {exc}")
-            reason = None
+
+    def one_round() -> bool:
+        reason = check(api, env)
         if reason:
             log(f"{reason}: scaling {deployment} to 0 replicas")
             api.scale_to_zero(deployment)
-            return 0
-        if "--once" in args:
-            return NOT_YET
-        time.sleep(poll_s)
+        return reason is not None
+
+    return poll(one_round, poll_s, "--once" in args, log)
 
 
 if __name__ == "__main__":

@@ -32,15 +32,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 import urllib.error
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # cw_pod_api.py is shipped beside this file
-from cw_pod_api import PodApi, read_text  # noqa: E402
+from cw_pod_api import PodApi, poll, read_text  # noqa: E402
 
 _PREFIX = "[cw-pipeline]"
 STATES_ANNOTATION = "cw-cli.dev/pipeline-stages"
-NOT_YET = 3
 DONE = ("Succeeded", "Failed", "Skipped", "Deleted")
 
 
@@ -154,18 +152,14 @@ def main(argv: list[str] | None = None, environ: dict | None = None) -> int:
     api = Api(env)
     poll_s = float(env.get("CW_PIPELINE_POLL_S", "20"))
     log(f"keeping pipeline {document['name']}: stages {', '.join(document.get('order') or document['stages'])}")
-    while True:
-        try:
-            done = one_round(api, document)
-        except (OSError, ValueError, urllib.error.URLError) as exc:  # an API hiccup: try again next round
-            log(f"cannot check yet: {exc}")
-            done = False
+
+    def a_round() -> bool:
+        done = one_round(api, document)
         if done:
             log("every stage is decided")
-            return 0
-        if "--once" in args:
-            return NOT_YET
-        time.sleep(poll_s)
+        return done
+
+    return poll(a_round, poll_s, "--once" in args, log)
 
 
 if __name__ == "__main__":

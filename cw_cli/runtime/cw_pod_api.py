@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: ``--once`` found the work not done yet.
+NOT_YET = 3
 
 
 def read_text(path: str) -> str:
@@ -61,3 +65,22 @@ class PodApi:
             if exc.code == 404:
                 return None
             raise
+
+
+def poll(one_round: Callable[[], bool], poll_s: float, once: bool, say: Callable[[str], None]) -> int:
+    """Run ``one_round`` every ``poll_s`` seconds until it says it is done; the exit status.
+
+    An API hiccup (the server unreachable, a refusal, an odd answer) is said and the round is tried
+    again next time. With ``once``, one round: 0 when done, :data:`NOT_YET` otherwise.
+    """
+    while True:
+        try:
+            done = one_round()
+        except (OSError, ValueError, urllib.error.URLError) as exc:
+            say(f"cannot check yet: {exc}")
+            done = False
+        if done:
+            return 0
+        if once:
+            return NOT_YET
+        time.sleep(poll_s)
