@@ -153,10 +153,12 @@ def test_a_jobset_runs_trainer_pods_run_the_watcher_with_its_own_account(queued_
     assert sorted(j.metadata.name for j in jobs) == ["gangev-eval-10", "gangev-eval-5"]
 
 
-def test_a_missing_evaluation_priority_class_is_refused_before_anything_is_created(cw_env, kube_api, namespace, tmp_path):
+def test_a_missing_evaluation_priority_class_is_refused_before_anything_is_created(kube_api, namespace, as_documented_roles, tmp_path):
+    # As a user bound to the shipped Roles (read-only's optional ClusterRole reads PriorityClasses), not the admin.
+    launcher = as_documented_roles("read-only", "launch")
     create_bound_volumes(kube_api, namespace, "ckpts")
     config = write_config(tmp_path, {**KEPT, "eval": {**EVAL, "priority_class": "cw-eval-nowhere"}})
-    refused = run_cw(cw_env, "trl", "sft", str(config), "--name", "evp", "-n", namespace, timeout=120)
+    refused = run_cw(launcher, "trl", "sft", str(config), "--name", "evp", "-n", namespace, timeout=120)
     assert refused.returncode == 4, refused.stderr
     assert "PriorityClass 'cw-eval-nowhere' (the config's `eval.priority_class`) does not exist" in refused.stderr
     assert "eval.priority_class: null" in refused.stderr  # the fix a user without an admin can apply
