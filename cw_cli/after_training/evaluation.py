@@ -85,15 +85,74 @@ def flag_settings(tasks: list[str], metric: str | None, limit: float | None, gpu
     return pod_spec(spec, users, gpu)
 
 
-def eval_settings(run_name: str, settings: dict[str, Any] | None, tasks: list[str], metric: str | None, limit: float | None,
-                  gpu: int | None, task_dir: Path | None = None) -> dict[str, Any]:  # fmt: skip
-    """The evaluation's settings (``cw-eval.json``): the run's own (``settings``, from its
-    ``eval:`` block), changed by the flags; ``tasks``, ``metric`` or ``limit`` make new ones.
+def run_modules(kube: Kube, run_name: str) -> dict[str, str]:
+    """The Python files the run shipped (its ConfigMap's ``*.py`` that are not cw's own): a
+    verifiers environment it trained on travels to the evaluation from there."""
+    from cw_cli.frameworks.runtime_files import is_runtime_file
+
+    data = (kube.get("ConfigMap", object_names(run_name)["config"]) or {}).get("data") or {}
+    return {key: text for key, text in data.items() if key.endswith(".py") and not is_runtime_file(key)}
+
+
+def environment_flag_settings(environments: list[str], metric: str | None, limit: float | None, gpu: int,
+                              shipped: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+    """The settings of ``--environments`` (verifiers environments scored by vf-eval), checked as a
+    config's ``eval:`` block is; ``shipped``: the run's own modules (:func:`run_modules`), else an
+    environment is installed from the hub in the evaluation pod.
 
     Raises:
-        ConfigError: No tasks (the run had no ``eval:`` and none given), an unknown task, a metric
-            they do not report.
+        ConfigError: A bad environment id, a metric of no environment named, a limit that is no
+            whole number; each naming the flag.
     """
+    from pydantic import ValidationError
+
+    from cw_cli.config.eval_environments import score_prefix
+    from cw_cli.config.eval_tasks import check_eval
+    from cw_cli.config.evaluation import EvalSpec
+    from cw_cli.render.evaluation import pod_spec
+
+    hint = "cw eval RUN --environments primeintellect/reverse-text --limit 20"
+    chosen = metric or f"{score_prefix(environments[0])}/reward"
+    try:
+        spec = EvalSpec(environments=environments, metric=chosen, limit=limit, gpu=gpu)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            if metric is None and error["loc"] == ("metric",):
+                continue  # derived from a bad environment id, which is said already
+            text = str(error["msg"]).removeprefix("Value error, ")
+            where = f"`eval.{error['loc'][0]}`: " if error["loc"] else ""
+            problems.append(_as_flags(where + text))
+        raise ConfigError(problems, hint=hint) from None
+    problems, _ = check_eval(spec, Path.cwd())
+    if problems:
+        raise ConfigError([_as_flags(problem) for problem in problems], hint=hint)
+    return pod_spec(spec, [], gpu, shipped)
+
+
+def _as_flags(text: str) -> str:
+    """An ``eval:`` block's message about its fields, in `cw eval`'s flags."""
+    for field in ("environments", "metric", "limit", "tasks"):
+        text = text.replace(f"`eval.{field}`", f"--{field}").replace(f"eval.{field}", f"--{field}")
+    return text
+
+
+def eval_settings(run_name: str, settings: dict[str, Any] | None, tasks: list[str], metric: str | None, limit: float | None,
+                  gpu: int | None, task_dir: Path | None = None, environments: list[str] | None = None,
+                  shipped: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The evaluation's settings (``cw-eval.json``): the run's own (``settings``, from its
+    ``eval:`` block), changed by the flags; ``tasks``, ``environments`` (with the run's
+    ``shipped`` modules), ``metric`` or ``limit`` make new ones.
+
+    Raises:
+        ConfigError: No tasks (the run had no ``eval:`` and none given), both tasks and
+            environments, an unknown task or environment, a metric they do not report.
+    """
+    if environments:
+        if tasks:
+            raise ConfigError(["--tasks and --environments: name one (lm-eval tasks, or verifiers environments for vf-eval)"])
+        run_gpu = int((settings or {}).get("gpu") or 0)
+        return environment_flag_settings(environments, metric, limit, run_gpu if gpu is None else gpu, shipped or {})
     if settings is not None and settings.get("harness") == "vf-eval" and not tasks and (metric or limit is not None):
         from cw_cli.render.eval_environments import with_flags  # the run's environments, scored by vf-eval
 

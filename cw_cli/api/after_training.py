@@ -272,6 +272,7 @@ class AfterTraining:
     def evaluate(
         self, *, checkpoint: str = "final", tasks: Sequence[str] = (), metric: str | None = None,
         limit: float | None = None, gpu: int | None = None, cpu: str = "4", memory: str = "32Gi",
+        environments: Sequence[str] = (),
     ) -> Evaluation:  # fmt: skip
         """Start a Job that scores one model of the run with lm-evaluation-harness; its scores land
         beside the model (docs/evaluation.md).
@@ -285,6 +286,8 @@ class AfterTraining:
             gpu: GPUs of the evaluation pod: vLLM on a GPU, transformers on CPU (default: the run's choice).
             cpu: Its CPU request and limit.
             memory: Its memory request and limit.
+            environments: verifiers environments to score with vf-eval instead of lm-eval tasks (one
+                the run shipped travels from its ConfigMap; any other is installed from the hub).
 
         Raises:
             ConfigError: No tasks (the run had no ``eval:`` and none given), an unknown task, a metric
@@ -292,7 +295,14 @@ class AfterTraining:
             NotFound: No such run.
             Conflict: The same evaluation exists already.
         """
-        from cw_cli.after_training.evaluation import choose_target, create_eval, eval_facts, eval_settings, run_settings
+        from cw_cli.after_training.evaluation import (
+            choose_target,
+            create_eval,
+            eval_facts,
+            eval_settings,
+            run_modules,
+            run_settings,
+        )
         from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
         from cw_cli.render.evaluation import EvalResources
 
@@ -307,7 +317,9 @@ class AfterTraining:
             raise ConfigError([f"--checkpoint {str(checkpoint)[:40]!r}: expected final, latest, best, base or a step number"])
         kube = self.session.kube
         settings, base = run_settings(kube, self.name)
-        settings = eval_settings(self.name, settings, list(tasks), metric, limit, gpu)
+        shipped = run_modules(kube, self.name) if environments else {}
+        settings = eval_settings(self.name, settings, list(tasks), metric, limit, gpu,
+                                 environments=list(environments), shipped=shipped)  # fmt: skip
         facts = eval_facts(kube, self.name)
         chosen = choose_target(kube, self.name, facts.run_dir, str(checkpoint), base)
         resources = EvalResources(gpu=int(settings.get("gpu") or 0), cpu=cpu, memory=memory)

@@ -66,7 +66,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "eval": (
         "cw_cli.cli.eval:eval_command",
-        "Evaluate a run's model with lm-evaluation-harness; scores go to its folder, cw artifacts and cw metrics.",
+        "Evaluate a run's model with lm-evaluation-harness (or verifiers' vf-eval); scores go to its folder, cw artifacts and cw metrics.",
     ),
     "pipeline": (
         "cw_cli.cli.pipeline:pipeline_command",

@@ -18,6 +18,8 @@ from cw_cli.errors import ConfigError
               help="final, latest, best (the best evaluated so far), a step number, or base (the model the run started from).")
 @click.option("--tasks", default=None, metavar="TASK[,TASK...]",
               help="lm-eval tasks, or local task YAMLs (default: the run's eval: tasks).")
+@click.option("--environments", default=None, metavar="ENV[,ENV...]",
+              help="verifiers environments to score with vf-eval instead of lm-eval tasks (hub ids, or one the run shipped).")
 @click.option("--metric", default=None, metavar="TASK/METRIC", help="The deciding score (default: the run's eval: metric).")
 @click.option("--limit", type=float, default=None, help="Samples per task (default: the run's eval: limit).")
 @click.option("--gpu", type=int, default=None, help="GPUs of the evaluation pod: vLLM on a GPU, transformers on CPU.")
@@ -28,10 +30,10 @@ from cw_cli.errors import ConfigError
 @cluster_options
 @handle_errors
 def eval_command(
-    run: str, checkpoint: str, tasks: str | None, metric: str | None, limit: float | None, gpu: int | None, cpu: str,
-    memory: str, wait: bool, timeout: float | None, namespace: str | None, context: str | None,
+    run: str, checkpoint: str, tasks: str | None, environments: str | None, metric: str | None, limit: float | None,
+    gpu: int | None, cpu: str, memory: str, wait: bool, timeout: float | None, namespace: str | None, context: str | None,
 ) -> None:  # fmt: skip
-    """Evaluate a run's model with lm-evaluation-harness; scores go to its folder, cw artifacts and cw metrics."""
+    """Evaluate a run's model with lm-evaluation-harness (or verifiers' vf-eval); scores go to its folder, cw artifacts and cw metrics."""
     from cw_cli.cli.runs import check_run_argument
     from cw_cli.config.quantity import MAX_DURATION_S
 
@@ -40,9 +42,10 @@ def eval_command(
         problem = "--timeout is for --wait" if not wait else f"--timeout {timeout:g}: expected a positive number of seconds, at most a year"
         raise ConfigError([problem], hint="e.g. --wait --timeout 3600")
     names = [t.strip() for t in (tasks or "").split(",") if t.strip()]
+    envs = [e.strip() for e in (environments or "").split(",") if e.strip()]
     session = api.Session(context=context, namespace=namespace)
     started = session.run(run).evaluate(checkpoint=checkpoint, tasks=names, metric=metric, limit=limit, gpu=gpu,
-                                        cpu=cpu, memory=memory)  # fmt: skip
+                                        cpu=cpu, memory=memory, environments=envs)  # fmt: skip
     say(f"evaluation {click.style(started.name, bold=True)} of {started.checkpoint} started: "
         f"scores to {printable(started.scores)} on the run's volume")
     say(f"next: cw logs {run} --role eval -f   cw artifacts {run}")

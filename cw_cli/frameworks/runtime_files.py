@@ -55,6 +55,11 @@ REWARD_URL_ENV = "CW_REWARD_URL"
 REWARD_PORT = 8001
 
 
+def is_runtime_file(config_key: str) -> bool:
+    """Whether a ConfigMap key is one of cw's own pod-side files (not the user's)."""
+    return config_key in _SOURCES
+
+
 def runtime_file(config_key: str) -> str:
     """Return the text of one of cw's pod-side files, by its ConfigMap key."""
     return (RUNTIME_DIR / _SOURCES[config_key]).read_text(encoding="utf-8")

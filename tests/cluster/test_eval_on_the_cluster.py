@@ -87,3 +87,14 @@ def test_bad_evaluation_input_is_refused_before_anything_is_created(kube_api, na
         assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
     assert _eval_jobs(kube_api, namespace) == []
     assert client.BatchV1Api(kube_api).list_namespaced_job(namespace, label_selector="cw-cli.dev/run=bad").items == []
+
+    # A run launched without eval: is scored on demand by vf-eval: an environment from the hub, installed in the pod.
+    both = run_cw(cw_env, "eval", "noev", "--tasks", "hellaswag", "--environments", "primeintellect/gsm8k", "-n", namespace)
+    assert both.returncode == 2 and "--tasks and --environments: name one" in both.stderr, both.stderr
+    started = run_cw(cw_env, "eval", "noev", "--checkpoint", "base", "--environments", "primeintellect/gsm8k", "--limit", "10",
+                     "--gpu", "0", "-n", namespace, timeout=180)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    settings = json.loads(client.CoreV1Api(kube_api).read_namespaced_config_map("noev-eval-base", namespace).data["cw-eval.json"])
+    assert (settings["harness"], settings["environments"], settings["num_examples"]) == ("vf-eval", ["primeintellect/gsm8k"], 10)
+    assert settings["metric"] == "gsm8k/reward" and settings["install"] and settings["serve_with"] == "transformers"
+    assert "cw_vf_eval.py" in client.CoreV1Api(kube_api).read_namespaced_config_map("noev-eval-base", namespace).data
