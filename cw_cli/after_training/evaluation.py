@@ -12,6 +12,7 @@ import msgspec
 
 from cw_cli.after_training.helper_pods import create_job_and_its_config_map
 from cw_cli.client.connection import Kube
+from cw_cli.config.eval_environments import score_prefix
 from cw_cli.errors import ConfigError, Conflict
 from cw_cli.labels import TRAINER, object_names
 from cw_cli.render.evaluation import (
@@ -106,7 +107,6 @@ def environment_flag_settings(environments: list[str], metric: str | None, limit
     """
     from pydantic import ValidationError
 
-    from cw_cli.config.eval_environments import score_prefix
     from cw_cli.config.eval_tasks import check_eval
     from cw_cli.config.evaluation import EvalSpec
     from cw_cli.render.evaluation import pod_spec

@@ -34,12 +34,10 @@ from cw_cli.labels import (
     WANDB_URL_ANNOTATION,
     object_names,
 )
-from cw_cli.render.evaluation import watch_notice, watch_rbac, watches
 from cw_cli.render.framework_output import FrameworkOutput, check_modes, configmap_files, framework_output, volume_choice
 from cw_cli.render.naming import validate_namespace
 from cw_cli.render.pod_parts import CONTAINER_SECURITY, POD_SECURITY
-from cw_cli.render.run_pods import Scope, keeper_rbac, servers, trainer_job
-from cw_cli.render.scores import gate_settings, record_gate
+from cw_cli.render.run_pods import Scope, evaluates_while_training, keeper_rbac, servers, trainer_job
 from cw_cli.render.shipped_files import configmap_payload
 from cw_cli.render.storage import storage_env
 from cw_cli.render.tracking import tensorboard_dir, tracking_env, wandb_url
@@ -179,18 +177,23 @@ def build_plan(request: RunRequest) -> Plan:
         has_services=bool(output.services), facts=request.facts,
     )  # fmt: skip
     files = configmap_files(request, output, workload)
-    if watches(request.config, request.services_only, workload.strategy.eval_watcher):  # each checkpoint evaluated while training goes on
+    if evaluates_while_training(request, workload):  # each checkpoint evaluated while training goes on
         files += _eval_watch_files(request, context, workload, output)
     check_modes(request, output.services)
     data, binary_data, config_items = configmap_payload(files)
     scope = _scope(request, context, config_items)
     layout = workload.strategy.layout(_parts(scope, output, workload, data, binary_data))
     notices = [*request.config.notices, *volume_choice(request, request.framework.framework), *output.notices]
-    notices += watch_notice(request.config, request.services_only, workload.strategy.eval_watcher)
+    if request.config.cluster.eval is not None:
+        from cw_cli.render.evaluation import watch_notice
+
+        notices += watch_notice(request.config, request.services_only, workload.strategy.eval_watcher)
     plan = Plan(request.run_name, workload, layout.manifests, layout.owner_name, layout.servers, [*notices, *workload.notes])
     if plan.owner_name is not None:
         _link_tracking(plan, request, context)
         if cluster.gate is not None:  # `cw export` of the run applies it without the config file
+            from cw_cli.render.scores import gate_settings, record_gate
+
             gate = gate_settings(request.config.path, cluster.gate, cluster.eval)
             record_gate(plan.manifests[0], gate.metric, gate.max_drop, gate.higher_is_better)
     _record_kinds(plan)
@@ -224,8 +227,10 @@ def _parts(scope: Scope, output: FrameworkOutput, workload: Workload, data: dict
 def _eval_rbac(scope: Scope, workload: Workload) -> list[dict[str, Any]]:
     """The evaluation watcher's ServiceAccount, Role and RoleBinding, where the run has one."""
     request = scope.request
-    if not watches(request.config, request.services_only, workload.strategy.eval_watcher):
+    if not evaluates_while_training(request, workload):
         return []
+    from cw_cli.render.evaluation import watch_rbac
+
     return watch_rbac(request.run_name, scope.labels, request.namespace, request.config.cluster.service_account)
 
 

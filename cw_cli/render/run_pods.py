@@ -16,9 +16,7 @@ from msgspec import Struct
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT, CONFIG_MOUNT, RunContext, ServiceDef
 from cw_cli.frameworks.runtime_files import IDENTITY_ENV, RESUME_CHANGED_ENV, with_entrypoint, with_requirements
 from cw_cli.labels import COMPONENT_LABEL, EVAL, KEEPER, LIFETIME_ANNOTATION, TRAINER
-from cw_cli.render.evaluation import trainer_output_dir, watch_sidecar, watches
 from cw_cli.render.keeper import keeper_container, keeper_rules, keeper_subjects, token_volume
-from cw_cli.render.notify import notify_env
 from cw_cli.render.pod_parts import (
     HELPER_SECURITY,
     NO_MESH_ANNOTATIONS,
@@ -110,6 +108,10 @@ def _trainer_env(scope: Scope, output: FrameworkOutput, workload: Workload) -> l
     )
     if cluster.nodes > 1:
         env += multi_node_env(workload.strategy.master_address(request.run_name, context.names), cluster.nodes)
+    if cluster.notify is None:
+        return env
+    from cw_cli.render.notify import notify_env
+
     return env + notify_env(cluster.notify, request.run_name)  # the trainer alone holds the Secret's keys
 
 
@@ -140,8 +142,10 @@ def trainer_job(scope: Scope, output: FrameworkOutput, workload: Workload) -> di
                        request.services_timeout_s, queued=workload.queue is not None)
         for service in output.services
     ]  # fmt: skip
-    watched = watches(request.config, request.services_only, workload.strategy.eval_watcher)
+    watched = evaluates_while_training(request, workload)
     if watched:  # the sidecar that creates one evaluation Job per complete checkpoint, with its own token
+        from cw_cli.render.evaluation import trainer_output_dir
+
         run_dir = trainer_output_dir(output.prepared, framework.output_keys, context.output_dir)
         waits.append(_eval_watcher(scope, mounts, run_dir, context.output_dir, workload.queue is not None))
         trainer["volumes"] = [*volumes, token_volume()]
@@ -160,10 +164,22 @@ def trainer_job(scope: Scope, output: FrameworkOutput, workload: Workload) -> di
     return job
 
 
+def evaluates_while_training(request: RunRequest, workload: Workload) -> bool:
+    """Whether the run's checkpoints are evaluated while it trains (render/evaluation.py, which is
+    imported only for a run with `eval:`)."""
+    if request.config.cluster.eval is None:
+        return False
+    from cw_cli.render.evaluation import watches
+
+    return watches(request.config, request.services_only, workload.strategy.eval_watcher)
+
+
 def _eval_watcher(scope: Scope, mounts: list[dict[str, Any]], run_dir: str, working_dir: str, queued: bool) -> dict[str, Any]:
     """The trainer pod's evaluation watcher (render/evaluation.py), mounting the config and the volume read-only."""
     config = next(m for m in mounts if m["mountPath"] == CONFIG_MOUNT)
     checkpoints = next(m for m in mounts if m["mountPath"] == CHECKPOINT_MOUNT)
+    from cw_cli.render.evaluation import watch_sidecar
+
     return watch_sidecar(scope.image, scope.pull_policy, run_dir, working_dir, config, checkpoints,
                          helper_resources(queued), HELPER_SECURITY)  # fmt: skip
 
