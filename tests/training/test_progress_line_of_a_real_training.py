@@ -3,7 +3,8 @@ proven on CPU with cw's rendered TRL SFT trainer (the exact ConfigMap and comman
 cw_entrypoint.py, cw_fault.py and cw_progress.py) and a tiny random Llama, offline: rank 0 prints
 one line at the start, on each log and after each complete save, with samples per second from
 the global batch, tokens per second from TRL's ``num_tokens``, and the last complete checkpoint;
-a relaunch that resumes names its checkpoint in its first line.
+a relaunch that resumes names its checkpoint in its first line. The run's success is recorded where
+the evaluation watcher looks for it, beside the final model TRL saved.
 
 ``CW_UPDATE_PROGRESS_FIXTURE=1`` writes the log to tests/fixtures/progress/ for the unit tests.
 """
@@ -19,6 +20,7 @@ from training_helpers import CONFIGS_DIR, OFFLINE_ENV
 
 from cw_cli.diagnosis.progress import LINE_PREFIX, cw_progress_line, training_progress
 from cw_cli.localrun.runner import LocalRunner
+from cw_cli.runtime import cw_eval_watch
 
 pytestmark = pytest.mark.training
 
@@ -55,6 +57,10 @@ def test_the_callback_prints_step_rates_and_the_last_complete_checkpoint(render_
     assert progress is not None and (progress.step, progress.total) == (6, 6), tail
     assert progress.samples_per_s and progress.tokens_per_s and progress.checkpoint == str(output_dir / "checkpoint-6")
     assert cw_progress_line(tail) is not None
+    # The entry point recorded the success, and the watcher's last look finds the final model TRL saved at the top.
+    finished = output_dir / ".cw" / "finished.json"
+    assert json.loads(finished.read_text())["exit_code"] == 0
+    assert cw_eval_watch.final_ready(str(output_dir), str(finished))
     if os.environ.get("CW_UPDATE_PROGRESS_FIXTURE"):
         FIXTURE.write_text(log.replace(str(tmp_path), "/tmp/t") + "\n", encoding="utf-8")
 
