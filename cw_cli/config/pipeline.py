@@ -27,7 +27,7 @@ from cw_cli.errors import ConfigError
 
 _STAGE_KEYS = {"framework", "type", "config", "after", "set"}
 #: An evaluation stage's keys: `cw eval RUN`'s flags (docs/pipelines.md).
-_EVAL_KEYS = {"evaluate", "checkpoint", "tasks", "metric", "limit", "gpu", "cpu", "memory", "after"}
+_EVAL_KEYS = {"evaluate", "checkpoint", "tasks", "environments", "metric", "limit", "gpu", "cpu", "memory", "after"}
 _TOP_KEYS = {"name", "stages"}
 
 
@@ -38,6 +38,8 @@ class StageEval(Struct, frozen=True):
         of: The stage whose final model it scores.
         tasks: lm-eval tasks or local task YAMLs (relative to the pipeline file); none: the
             evaluated stage's own ``eval:`` tasks.
+        environments: verifiers environments scored by vf-eval instead of ``tasks``
+            (`cw eval --environments`).
         metric: The deciding ``task/metric`` (default as `cw eval`'s).
         limit: Samples per task.
         gpu: GPUs of the evaluation pod (default: the evaluated stage's ``eval:`` choice).
@@ -47,6 +49,7 @@ class StageEval(Struct, frozen=True):
 
     of: str
     tasks: tuple[str, ...] = ()
+    environments: tuple[str, ...] = ()
     metric: str | None = None
     limit: float | None = None
     gpu: int | None = None
@@ -187,11 +190,10 @@ def _evaluation(problems: list[str], where: str, body: dict[str, Any]) -> StageE
     if checkpoint != "final":
         problems.append(f"{where}: checkpoint: {checkpoint!r:.40}: a pipeline evaluates the final model only (the others are not "
                         f"known before the stage runs); evaluate another later with cw eval RUN --checkpoint best")  # fmt: skip
-    tasks = body.get("tasks", [])
-    tasks = [t.strip() for t in tasks.split(",") if t.strip()] if isinstance(tasks, str) else tasks
-    if not isinstance(tasks, list) or not all(isinstance(t, str) and t.strip() for t in tasks):
-        problems.append(f"{where}: tasks: expected a list of lm-eval tasks or task YAMLs")
-        tasks = []
+    tasks = _names(problems, f"{where}: tasks", body.get("tasks", []), "lm-eval tasks or task YAMLs")
+    environments = _names(problems, f"{where}: environments", body.get("environments", []), "verifiers environments")
+    if tasks and environments:
+        problems.append(f"{where}: tasks and environments: name one (lm-eval tasks, or verifiers environments for vf-eval)")
     metric = body.get("metric")
     if metric is not None:
         metric = _text(problems, f"{where}: metric", metric) or None
@@ -204,7 +206,16 @@ def _evaluation(problems: list[str], where: str, body: dict[str, Any]) -> StageE
         problems.append(f"{where}: gpu: expected 0 to 8, got {gpu!r:.40}")
         gpu = None
     sizes = {key: str(body.get(key, default)) for key, default in (("cpu", "4"), ("memory", "32Gi"))}
-    return StageEval(of=of, tasks=tuple(tasks), metric=metric, limit=limit, gpu=gpu, **sizes)
+    return StageEval(of=of, tasks=tuple(tasks), environments=tuple(environments), metric=metric, limit=limit, gpu=gpu, **sizes)
+
+
+def _names(problems: list[str], where: str, value: Any, what: str) -> list[str]:
+    """A list of names (or one comma-separated text) of an evaluation stage; [] and a problem otherwise."""
+    names = [n.strip() for n in value.split(",") if n.strip()] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) and n.strip() for n in names):
+        problems.append(f"{where}: expected a list of {what}")
+        return []
+    return names
 
 
 def _order(path: Path, stages: dict[str, Stage]) -> list[str]:

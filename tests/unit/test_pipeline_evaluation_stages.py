@@ -36,6 +36,10 @@ DPO = {"model_name_or_path": "run:sft", "dataset_name": "trl-lib/ultrafeedback_b
       "/work/p.yaml: stage eval: checkpoint: 'best': a pipeline evaluates the final model only"),
      ({"sft": TRAIN, "eval": {"evaluate": "sft", "task": ["gsm8k"]}}, "/work/p.yaml: stage eval: unknown key 'task' in an evaluation stage"),
      ({"sft": TRAIN, "eval": {"evaluate": "sft", "gpu": 9}}, "/work/p.yaml: stage eval: gpu: expected 0 to 8"),
+     ({"sft": TRAIN, "eval": {"evaluate": "sft", "tasks": ["gsm8k"], "environments": ["primeintellect/gsm8k"]}},
+      "/work/p.yaml: stage eval: tasks and environments: name one"),
+     ({"sft": TRAIN, "eval": {"evaluate": "sft", "environments": {"gsm8k": 1}}},
+      "/work/p.yaml: stage eval: environments: expected a list of verifiers environments"),
      ({"sft": {**TRAIN, "after": ["eval"]}, "eval": {"evaluate": "sft"}}, "/work/p.yaml: the stages wait for each other in a cycle: "),
      ({"sft": {**TRAIN, "evaluate": "x"}}, "/work/p.yaml: stage sft: unknown key 'framework' in an evaluation stage")],
 )  # fmt: skip
@@ -124,6 +128,15 @@ def test_an_evaluation_stages_tasks_replace_the_evaluated_stages(tmp_path):
     settings = json.loads(config_map["data"]["cw-eval.json"])
     assert settings["tasks"] == ["hellaswag"] and settings["backend"] == "hf" and settings["gpu"] == 0
     assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "2", "memory": "32Gi"}
+
+
+def test_an_evaluation_stage_may_score_verifiers_environments_with_vf_eval(tmp_path):
+    planned = plan_pipeline(_files(tmp_path, evaluation={"evaluate": "dpo", "environments": ["primeintellect/gsm8k"], "limit": 8,
+                                                         "gpu": 0}))  # fmt: skip
+    job, config_map = planned.stages[-1].plan.manifests
+    settings = json.loads(config_map["data"]["cw-eval.json"])
+    assert (settings["harness"], settings["environments"], settings["num_examples"]) == ("vf-eval", ["primeintellect/gsm8k"], 8)
+    assert settings["metric"] == "gsm8k/reward" and settings["install"] and "cw_vf_eval.py" in config_map["data"]
 
 
 def test_the_shipped_example_pipeline_plans_sft_then_dpo_from_it_then_its_evaluation():
