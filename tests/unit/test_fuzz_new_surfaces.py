@@ -44,8 +44,8 @@ def test_any_log_tail_gives_progress_or_none(lines):
 
 
 stage_bodies = st.dictionaries(
-    st.sampled_from(["framework", "type", "config", "set", "after", "evaluate", "tasks", "metric", "limit", "gpu",
-                     "checkpoint", "cpu", "memory"]) | st.text(max_size=8),
+    st.sampled_from(["framework", "type", "config", "set", "after", "evaluate", "tasks", "environments", "metric", "limit",
+                     "gpu", "checkpoint", "cpu", "memory"]) | st.text(max_size=8),
     json_values, max_size=6)  # fmt: skip
 
 
@@ -204,3 +204,17 @@ def test_the_watcher_reads_any_finished_record_as_a_yes_or_a_no(tmp_path_factory
     finished = cw_eval_watch.trainer_finished(str(record))
     assert finished is (isinstance(content, dict) and type(content.get("exit_code")) is int and content["exit_code"] == 0)
     assert cw_eval_watch.final_ready(str(run), str(record)) is (finished and model_there)
+
+
+@SETTINGS
+@given(st.lists(st.text(max_size=30), max_size=3), st.none() | st.text(max_size=30), st.none() | st.floats(allow_nan=True),
+       st.lists(st.text(max_size=12), max_size=2))  # fmt: skip
+def test_any_environments_flag_gives_settings_or_cws_error(environments, metric, limit, tasks):
+    """`cw eval RUN --environments ... --metric ... --limit ...` as typed: settings, or one clear error."""
+    from cw_cli.after_training.evaluation import eval_settings
+
+    try:
+        settings = eval_settings("r", None, tasks, metric, limit, 0, environments=environments)
+    except CwError:
+        return
+    assert settings["harness"] in ("vf-eval", "lm-eval")
