@@ -132,8 +132,9 @@ def cw_env(kube_cluster) -> dict[str, str]:
     return env
 
 
-def wait_for(predicate, timeout: float = 30.0, interval: float = 0.25, what: str = "condition"):
-    """Poll `predicate()` until it returns a truthy value; fail the test after `timeout`."""
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.25, what: str = "condition", explain=None):
+    """Poll `predicate()` until it returns a truthy value; fail the test after `timeout`, adding
+    what `explain()` says then (e.g. the pods and why they are not scheduled), when given."""
     deadline = time.monotonic() + timeout
     last_exc = None
     while time.monotonic() < deadline:
@@ -144,8 +145,39 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.25, what: str
         except Exception as e:  # noqa: BLE001 - keep polling, report the last error
             last_exc = e
         time.sleep(interval)
+    said = ""
+    if explain is not None:
+        try:
+            said = f"\n{explain()}"
+        except Exception as e:  # noqa: BLE001 - the timeout is the failure; its explanation is a bonus
+            said = f"\n(no explanation: {e})"
     pytest.fail(f"timed out after {timeout}s waiting for {what}"
-                + (f" (last error: {last_exc})" if last_exc else ""), pytrace=False)
+                + (f" (last error: {last_exc})" if last_exc else "") + said, pytrace=False)
+
+
+def pods_and_events(kube_api, namespace: str) -> str:
+    """The namespace's pods (phase, node, deletion) and events, and the GPUs bound pods of every
+    namespace hold: what a test that timed out waiting for a pod should print."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_api)
+    lines = [f"pod {p.metadata.name}: {p.status.phase} on {p.spec.node_name or '-'}"
+             + (" (deleting)" if p.metadata.deletion_timestamp else "") for p in core.list_namespaced_pod(namespace).items]  # fmt: skip
+    lines += [f"event {e.involved_object.kind}/{e.involved_object.name}: {e.reason}: {e.message}"
+              for e in core.list_namespaced_event(namespace).items][-15:]  # fmt: skip
+    held: dict[str, int] = {}
+    for pod in core.list_pod_for_all_namespaces().items:
+        if pod.spec.node_name and pod.status.phase not in ("Succeeded", "Failed"):
+            gpus = sum(int((c.resources.requests or {}).get("nvidia.com/gpu", 0)) for c in pod.spec.containers)
+            held[pod.metadata.namespace] = held.get(pod.metadata.namespace, 0) + gpus
+    lines.append(f"GPUs held by bound pods, by namespace: { {k: v for k, v in held.items() if v} }")
+    return "\n".join(lines)
+
+
+@pytest.fixture
+def explain_pods(kube_api, namespace):
+    """``explain_pods()``: :func:`pods_and_events` of the test's namespace, for ``wait_for(explain=...)``."""
+    return lambda: pods_and_events(kube_api, namespace)
 
 
 @pytest.fixture(name="wait_for")

@@ -30,7 +30,7 @@ STOP = """\
 """
 
 
-def test_status_says_a_trainer_was_restarted_after_a_stall_or_a_warned_stop(kube_api, namespace, cw_env, tmp_path, wait_for):
+def test_status_says_a_trainer_was_restarted_after_a_stall_or_a_warned_stop(kube_api, namespace, cw_env, tmp_path, wait_for, explain_pods):
     core, custom = client.CoreV1Api(kube_api), client.CustomObjectsApi(kube_api)
     data = {**SFT_CONFIG, "backoff_limit": 2, "annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "600s"}}
     _launched({run: _launch(cw_env, tmp_path, namespace, run, data, "trl", "sft", "--gpu", "1") for run in ("stall", "stop")})
@@ -47,7 +47,7 @@ def test_status_says_a_trainer_was_restarted_after_a_stall_or_a_warned_stop(kube
         }})  # fmt: skip
         # The Job retries a stall (counted) and ignores a warned stop: either way a new pod runs.
         wait_for(lambda run=run: sum(p.status.phase == "Running" for p in _pods(core, namespace, run)) == 1
-                 and len(_pods(core, namespace, run)) == 2, 60, what=f"the replacement pod of {run}")  # fmt: skip
+                 and len(_pods(core, namespace, run)) == 2, 60, what=f"the replacement pod of {run}", explain=explain_pods)  # fmt: skip
 
     # The replacement resumed and trains: its log ends with TRL's progress bar at step 4 of 6.
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "metrics" / "trl-1.16.0-transformers-5.23.0-sft.log"

@@ -44,7 +44,7 @@ def _list_seconds(env: dict[str, str], namespace: str, tree: str | None) -> floa
     return time.perf_counter() - started
 
 
-def test_status_and_list_show_step_rates_checkpoint_and_restarts(kube_api, namespace, cw_env, tmp_path, wait_for):
+def test_status_and_list_show_step_rates_checkpoint_and_restarts(kube_api, namespace, cw_env, tmp_path, wait_for, explain_pods):
     core, custom = client.CoreV1Api(kube_api), client.CustomObjectsApi(kube_api)
     data = {**SFT_CONFIG, "backoff_limit": 2, "annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "600s"}}
     runs = ("glance", "plain")
@@ -58,7 +58,8 @@ def test_status_and_list_show_step_rates_checkpoint_and_restarts(kube_api, names
         "containerStatuses": [{"name": "trainer", "image": pod.spec.containers[0].image, "imageID": "", "ready": False, "restartCount": 0,
                                "state": {"terminated": {"exitCode": 143, "reason": "Error", "startedAt": now, "finishedAt": now}}}],
     }})  # fmt: skip
-    wait_for(lambda: running("glance") is not None and len(_pods(core, namespace, "glance")) == 2, 60, what="the replacement pod")
+    wait_for(lambda: running("glance") is not None and len(_pods(core, namespace, "glance")) == 2, 60, what="the replacement pod",
+             explain=explain_pods)  # fmt: skip
     _give_log(custom, tmp_path, namespace, running("glance").metadata.name, "trainer", _tail_at_step_4())
     wait_for(lambda: running("plain"), 60, what="the pod of plain to run")
 
