@@ -86,20 +86,46 @@ def flag_settings(tasks: list[str], metric: str | None, limit: float | None, gpu
     return pod_spec(spec, users, gpu)
 
 
-def run_modules(kube: Kube, run_name: str) -> dict[str, str]:
-    """The Python files the run shipped (its ConfigMap's ``*.py`` that are not cw's own): a
-    verifiers environment it trained on travels to the evaluation from there."""
+class RunEnvironments(msgspec.Struct, frozen=True):
+    """What a run's ConfigMap says of the verifiers environments an evaluation of it may score."""
+
+    #: The Python files the run shipped (not cw's own), by name -> text: an environment module among them travels.
+    modules: dict[str, str]
+    #: The environment a verifiers run trains on -> the arguments its trainer gives ``load_environment``.
+    arguments: dict[str, dict[str, Any]]
+
+
+def run_environments(kube: Kube, run_name: str) -> RunEnvironments:
+    """The modules and the trained environment's arguments of a run, from its ConfigMap."""
     from cw_cli.frameworks.runtime_files import is_runtime_file
 
     data = (kube.get("ConfigMap", object_names(run_name)["config"]) or {}).get("data") or {}
-    return {key: text for key, text in data.items() if key.endswith(".py") and not is_runtime_file(key)}
+    modules = {key: text for key, text in data.items() if key.endswith(".py") and not is_runtime_file(key)}
+    return RunEnvironments(modules, trained_arguments(data.get("config.toml")))
+
+
+def trained_arguments(text: Any) -> dict[str, dict[str, Any]]:
+    """``{env id: args}`` of the ``[env]`` section of a verifiers run's mounted ``config.toml``
+    ({} where there is none, or the text does not read as one)."""
+    from cw_cli.config.yaml_source import parse_toml
+
+    if not isinstance(text, str):
+        return {}
+    try:
+        env = parse_toml(Path("config.toml"), text).get("env")
+    except ConfigError:
+        return {}
+    if not isinstance(env, dict) or not isinstance(env.get("id"), str) or not isinstance(env.get("args"), dict) or not env["args"]:
+        return {}
+    return {env["id"]: env["args"]}
 
 
 def environment_flag_settings(environments: list[str], metric: str | None, limit: float | None, gpu: int,
-                              shipped: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+                              shipped: RunEnvironments) -> dict[str, Any]:  # fmt: skip
     """The settings of ``--environments`` (verifiers environments scored by vf-eval), checked as a
-    config's ``eval:`` block is; ``shipped``: the run's own modules (:func:`run_modules`), else an
-    environment is installed from the hub in the evaluation pod.
+    config's ``eval:`` block is; ``shipped``: the run's own modules and trained environment's
+    arguments (:func:`run_environments`); an environment not among the modules is installed from
+    the hub in the evaluation pod.
 
     Raises:
         ConfigError: A bad environment id, a metric of no environment named, a limit that is no
@@ -114,7 +140,8 @@ def environment_flag_settings(environments: list[str], metric: str | None, limit
     hint = "cw eval RUN --environments primeintellect/reverse-text --limit 20"
     chosen = metric or f"{score_prefix(environments[0])}/reward"
     try:
-        spec = EvalSpec(environments=environments, metric=chosen, limit=limit, gpu=gpu)
+        arguments = {env: args for env, args in shipped.arguments.items() if env in environments}
+        spec = EvalSpec(environments=environments, metric=chosen, limit=limit, gpu=gpu, environment_args=arguments or None)
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
@@ -127,7 +154,7 @@ def environment_flag_settings(environments: list[str], metric: str | None, limit
     problems, _ = check_eval(spec, Path.cwd())
     if problems:
         raise ConfigError([_as_flags(problem) for problem in problems], hint=hint)
-    return pod_spec(spec, [], gpu, shipped)
+    return pod_spec(spec, [], gpu, shipped.modules)
 
 
 def _as_flags(text: str) -> str:
@@ -139,7 +166,7 @@ def _as_flags(text: str) -> str:
 
 def eval_settings(run_name: str, settings: dict[str, Any] | None, tasks: list[str], metric: str | None, limit: float | None,
                   gpu: int | None, task_dir: Path | None = None, environments: list[str] | None = None,
-                  shipped: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+                  shipped: RunEnvironments | None = None) -> dict[str, Any]:  # fmt: skip
     """The evaluation's settings (``cw-eval.json``): the run's own (``settings``, from its
     ``eval:`` block), changed by the flags; ``tasks``, ``environments`` (with the run's
     ``shipped`` modules), ``metric`` or ``limit`` make new ones.
@@ -152,7 +179,8 @@ def eval_settings(run_name: str, settings: dict[str, Any] | None, tasks: list[st
         if tasks:
             raise ConfigError(["--tasks and --environments: name one (lm-eval tasks, or verifiers environments for vf-eval)"])
         run_gpu = int((settings or {}).get("gpu") or 0)
-        return environment_flag_settings(environments, metric, limit, run_gpu if gpu is None else gpu, shipped or {})
+        return environment_flag_settings(environments, metric, limit, run_gpu if gpu is None else gpu,
+                                          shipped or RunEnvironments({}, {}))  # fmt: skip
     if settings is not None and settings.get("harness") == "vf-eval" and not tasks and (metric or limit is not None):
         from cw_cli.render.eval_environments import with_flags  # the run's environments, scored by vf-eval
 

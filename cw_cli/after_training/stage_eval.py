@@ -43,7 +43,7 @@ def stage_eval_manifests(run_name: str, manifests: list[dict[str, Any]], evaluat
         ConfigError: No tasks and no ``eval:`` block, an unknown task or metric, a bad size, a run
             keeping its outputs on no volume (messages as `cw eval`'s; the caller names the stage).
     """
-    from cw_cli.after_training.evaluation import eval_facts, eval_settings, run_modules, run_settings
+    from cw_cli.after_training.evaluation import eval_facts, eval_settings, run_environments, run_settings
     from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
     from cw_cli.render.evaluation import EvalResources, eval_manifests, eval_requirements, target
 
@@ -53,7 +53,7 @@ def stage_eval_manifests(run_name: str, manifests: list[dict[str, Any]], evaluat
         raise ConfigError([f"cpu/memory: {exc}"]) from None
     kube: Any = _PlannedObjects(manifests, namespace)
     settings, _ = run_settings(kube, run_name)
-    shipped = run_modules(kube, run_name) if evaluation.environments else {}
+    shipped = run_environments(kube, run_name) if evaluation.environments else None
     settings = eval_settings(run_name, settings, list(evaluation.tasks), evaluation.metric, evaluation.limit, evaluation.gpu,
                              task_dir, environments=list(evaluation.environments), shipped=shipped)  # fmt: skip
     facts = eval_facts(kube, run_name)

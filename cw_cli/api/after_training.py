@@ -300,7 +300,7 @@ class AfterTraining:
             create_eval,
             eval_facts,
             eval_settings,
-            run_modules,
+            run_environments,
             run_settings,
         )
         from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
@@ -317,7 +317,7 @@ class AfterTraining:
             raise ConfigError([f"--checkpoint {str(checkpoint)[:40]!r}: expected final, latest, best, base or a step number"])
         kube = self.session.kube
         settings, base = run_settings(kube, self.name)
-        shipped = run_modules(kube, self.name) if environments else {}
+        shipped = run_environments(kube, self.name) if environments else None
         settings = eval_settings(self.name, settings, list(tasks), metric, limit, gpu,
                                  environments=list(environments), shipped=shipped)  # fmt: skip
         facts = eval_facts(kube, self.name)

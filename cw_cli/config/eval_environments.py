@@ -8,12 +8,17 @@ the environment's rubric), named ``<env>/reward`` and ``<env>/<name>`` where ``<
 environment as named here, without a hub owner. The reward functions are the environment's own
 code, known only once it is loaded in the pod, so ``metric:`` is checked for its environment here
 and its name when the scores come back (cw_vf_eval.py says which names there are).
+
+In a verifiers run, an ``eval:`` block that names neither tasks nor environments scores the
+environment the run trains on, with the arguments the trainer gives its ``load_environment``
+(vf-eval's ``--env-args``), and ``metric`` defaults to ``<env>/reward``.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cw_cli.config.evaluation import EvalSpec
@@ -22,7 +27,12 @@ if TYPE_CHECKING:
 _ENVIRONMENT = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.\-]{0,99}/)?[A-Za-z_][A-Za-z0-9_\-]{0,99}")
 #: Fields that only lm-eval reads, and the one only vf-eval reads.
 _TASK_ONLY = ("num_fewshot",)
-_ENVIRONMENT_ONLY = ("rollouts_per_example",)
+_ENVIRONMENT_ONLY = ("rollouts_per_example", "environment_args")
+#: What an ``eval:`` block naming neither or both harnesses is told.
+NAME_ONE = ("`eval.tasks` / `eval.environments`: name exactly one: lm-eval tasks (tasks: [hellaswag]) "
+            "or verifiers environments scored by vf-eval (environments: [my-env])")  # fmt: skip
+#: The most bytes of one environment's arguments (they travel as one command-line argument).
+MAX_ENVIRONMENT_ARGS = 16_384
 
 
 def score_prefix(environment: str) -> str:
@@ -33,6 +43,53 @@ def score_prefix(environment: str) -> str:
 def module_of(environment: str) -> str:
     """The module vf-eval imports for an environment id (verifiers' own rule)."""
     return environment.replace("-", "_").split("/")[-1]
+
+
+def with_trained_environment(block: Any, trained: tuple[str, dict[str, Any]] | None) -> Any:
+    """The user's raw ``eval:`` block with the run's own environment filled in: scored when the block
+    names neither tasks nor environments, with the trainer's arguments unless ``environment_args``
+    gives it its own. Anything that is not a mapping is left for validation to refuse."""
+    if not isinstance(block, dict) or trained is None:
+        return block
+    env_id, args = trained
+    filled = dict(block)
+    if filled.get("tasks") is None and filled.get("environments") is None:
+        filled["environments"] = [env_id]
+    given = filled.get("environment_args")
+    named = filled.get("environments")
+    if args and isinstance(named, list) and env_id in named and (given is None or (isinstance(given, dict) and env_id not in given)):
+        filled["environment_args"] = {**(given or {}), env_id: args}
+    return filled
+
+
+def default_metric(data: Any) -> Any:
+    """The raw ``eval:`` data with ``metric: <first env>/reward`` when it names environments and no metric.
+
+    Raises:
+        ValueError: It names neither tasks nor environments (said before any missing field).
+    """
+    if isinstance(data, dict) and data.get("tasks") is None and data.get("environments") is None:
+        raise ValueError(NAME_ONE)
+    if isinstance(data, dict) and data.get("metric") is None and isinstance(data.get("environments"), list):
+        first = next(iter(data["environments"]), None)
+        if isinstance(first, str) and _ENVIRONMENT.fullmatch(first):
+            return {**data, "metric": f"{score_prefix(first)}/reward"}
+    return data
+
+
+def check_environment_args(arguments: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
+    """``eval.environment_args``: each environment's arguments as JSON vf-eval's ``--env-args`` reads
+    (a field validator: raises ValueError naming the environment)."""
+    for name, args in (arguments or {}).items():
+        try:
+            text = json.dumps(args, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{name[:80]!r}: its arguments are no JSON vf-eval can read ({str(exc)[:120]}); "
+                             "write numbers, strings, booleans, lists and mappings") from None  # fmt: skip
+        if len(text.encode()) > MAX_ENVIRONMENT_ARGS:
+            raise ValueError(f"{name[:80]!r}: its arguments are {len(text.encode())} bytes as JSON, over "
+                             f"{MAX_ENVIRONMENT_ARGS}: pass a path to a file shipped with `files:` instead")  # fmt: skip
+    return arguments
 
 
 def check_environment_names(environments: list[str] | None) -> list[str] | None:
@@ -63,16 +120,19 @@ def check_harness_fields(spec: EvalSpec) -> None:
         return ValueError(text)
 
     if (spec.tasks is None) == (spec.environments is None):
-        raise refuse("`eval.tasks` / `eval.environments`: name exactly one: lm-eval tasks (tasks: [hellaswag]) "
-                     "or verifiers environments scored by vf-eval (environments: [my-env])")  # fmt: skip
+        raise refuse(NAME_ONE)
     if spec.environments is None:
         for field in _ENVIRONMENT_ONLY:
             if getattr(spec, field) is not None:
-                raise refuse(f"`eval.{field}`: only for environments (vf-eval); lm-eval tasks have no rollouts")
+                raise refuse(f"`eval.{field}`: only for environments (vf-eval), not for lm-eval tasks")
         return
     for field in _TASK_ONLY:
         if getattr(spec, field) is not None:
             raise refuse(f"`eval.{field}`: only for lm-eval tasks; vf-eval takes an environment's own prompts")
+    unknown = sorted(set(spec.environment_args or {}) - set(spec.environments))
+    if unknown:
+        raise refuse(f"`eval.environment_args`: {', '.join(repr(name[:80]) for name in unknown[:5])} is not in "
+                     "eval.environments (arguments are given per environment, by its name there)")  # fmt: skip
     if spec.limit is not None and spec.limit != int(spec.limit):
         raise refuse(f"`eval.limit`: {spec.limit} is no whole number: with environments it is vf-eval's "
                      "--num-examples, the examples per environment")  # fmt: skip

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cw_cli.config.eval_environments import check_environment_names, check_harness_fields
+from cw_cli.config.eval_environments import check_environment_args, check_environment_names, check_harness_fields, default_metric
 
 #: The registry list shipped with cw (tools/lm_eval_tasks.py writes it).
 TASKS_FILE = Path(__file__).with_name("lm_eval_tasks.json.gz")
@@ -53,13 +53,20 @@ class EvalSpec(BaseModel):
         max_length=16,
         description="verifiers environments scored by vf-eval (a module shipped with `files:`, or an environment "
         "hub id such as primeintellect/gsm8k, installed in the evaluation pod); scores <env>/reward and "
-        "<env>/<reward function>. Exactly one of tasks and environments.",
+        "<env>/<reward function>. Exactly one of tasks and environments; a verifiers run that names neither "
+        "scores the environment it trains on.",
+    )
+    environment_args: dict[str, dict[str, Any]] | None = Field(
+        default=None,
+        description="For environments: the arguments of each one's load_environment (vf-eval's --env-args), by its "
+        "name in environments. The environment a verifiers run trains on gets the trainer's environment.args "
+        "unless given here.",
     )
     metric: str = Field(
         pattern=r"^[^/\s]{1,200}/[^/\s]{1,200}$",
         description="The score that decides `best`: <task>/<metric> as lm-eval reports it, e.g. hellaswag/acc_norm, "
         "or <task>/<metric>,<filter> for a task with filters (gsm8k/exact_match,strict-match); for environments "
-        "<env>/reward or <env>/<reward function>.",
+        "<env>/reward or <env>/<reward function> (default <first env>/reward).",
     )
     higher_is_better: bool = Field(default=True, description="Whether a higher value of the metric is better.")
     limit: float | None = Field(
@@ -119,6 +126,16 @@ class EvalSpec(BaseModel):
     @classmethod
     def _environment_forms(cls, environments: list[str] | None) -> list[str] | None:
         return check_environment_names(environments)
+
+    @field_validator("environment_args")
+    @classmethod
+    def _environment_args_json(cls, arguments: dict[str, dict[str, Any]] | None) -> dict[str, dict[str, Any]] | None:
+        return check_environment_args(arguments)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _metric_of_environments(cls, data: Any) -> Any:
+        return default_metric(data)
 
     @model_validator(mode="after")
     def _one_harness(self) -> EvalSpec:

@@ -156,6 +156,10 @@ def load_run_config(
         native, upgraded = framework.upgrade_config(native, training_type)
         notices += upgraded
     issues += _size_from_framework(cluster_part, framework, native, training_type, path, source, origins, notices)
+    if isinstance(cluster_part.get("eval"), dict):  # a verifiers run scores the environment it trains on
+        from cw_cli.config.eval_environments import with_trained_environment
+
+        cluster_part["eval"] = with_trained_environment(cluster_part["eval"], framework.trained_environment(native))
     cluster, problems = _validate_cluster(cluster_part, source, origins, frozenset(reported))
     issues += problems
     if cluster is not None:

@@ -203,11 +203,20 @@ def load_config_file(path: Path) -> YamlSource:
     """
     if path.suffix.lower() != ".toml":
         return load_yaml_config(path)
+    text = _read(path)
+    return YamlSource(path=path, data=parse_toml(path, text), lines=_toml_lines(text))
+
+
+def parse_toml(path: Path, text: str) -> dict[str, Any]:
+    """TOML text (a config, or one read back from a run's ConfigMap) as data, within cw's limits.
+
+    Raises:
+        ConfigError: Not valid TOML, or nested deeper or larger than a config is (naming ``path``).
+    """
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
-    text = _read(path)
     _check_toml_keys(path, text)
     try:
         data = tomllib.loads(text)
@@ -218,4 +227,4 @@ def load_config_file(path: Path) -> YamlSource:
             [f"{path}: refused: nested too deeply"], hint="a config is small and shallow; check the file"
         ) from None
     _check_toml_shape(path, data)
-    return YamlSource(path=path, data=data, lines=_toml_lines(text))
+    return data

@@ -47,6 +47,7 @@ def environment_settings(spec: EvalSpec, gpu: int, shipped: dict[str, str]) -> d
         requirements += CPU_SERVER_REQUIREMENTS
     return {
         "harness": "vf-eval", "environments": environments, "environment_files": files, "install": install,
+        "environment_args": {env: args for env, args in (spec.environment_args or {}).items() if env in environments},
         "num_examples": int(spec.limit) if spec.limit is not None else None,
         "rollouts_per_example": spec.rollouts_per_example, "sampling_args": dict(spec.generation),
         "serve_with": "vllm" if server == "vllm" else "transformers", "gpu": gpu, "metric": spec.metric,

@@ -5,7 +5,7 @@ vf-eval talks to an OpenAI-compatible server, so this starts a maintained one on
 as a child process, on a free local port: ``vllm serve`` on a GPU (as `cw serve` runs it; a LoRA
 checkpoint is served on its base with the adapter as a LoRA module), ``transformers serve`` on CPU.
 Once it answers, each environment is scored by ``vf-eval ENV --model cw-eval --api-base-url
-http://127.0.0.1:PORT/v1 [-n N] [-r R] [--sampling-args JSON] --save-results``, run in
+http://127.0.0.1:PORT/v1 [-n N] [-r R] [--sampling-args JSON] [--env-args JSON] --save-results``, run in
 ``<out>/vf-eval/<env>/`` where vf-eval saves its results (``outputs/evals/.../metadata.json``,
 ``results.jsonl``), which are kept. The server is stopped by its process group (its PID) at the end.
 
@@ -16,7 +16,8 @@ and each of ``avg_metrics`` (one per reward function of the rubric) as ``<env>/<
 
     {"harness": "vf-eval", "environments": ["my-env"], "environment_files": {"my_env.py": "..."},
      "install": [["prime", "env", "install", "owner/env", "--with", "pip"]], "num_examples": 20,
-     "rollouts_per_example": 1, "sampling_args": {"temperature": 0}, "serve_with": "vllm", "gpu": 1, ...}
+     "rollouts_per_example": 1, "sampling_args": {"temperature": 0}, "environment_args": {"my-env": {"n": 8}},
+     "serve_with": "vllm", "gpu": 1, ...}
 """
 
 from __future__ import annotations
@@ -123,6 +124,10 @@ def vf_eval_command(spec: dict[str, Any], environment: str, model: str, port: in
         command += ["--rollouts-per-example", str(int(spec["rollouts_per_example"]))]
     if spec.get("sampling_args"):
         command += ["--sampling-args", json.dumps(spec["sampling_args"], sort_keys=True)]
+    arguments = spec.get("environment_args")
+    arguments = arguments.get(environment) if isinstance(arguments, dict) else None
+    if isinstance(arguments, dict) and arguments:  # load_environment's keyword arguments, as the trainer gives them
+        command += ["--env-args", json.dumps(arguments, sort_keys=True)]
     return command
 
 

@@ -1,9 +1,11 @@
-"""An `eval:` block naming a verifiers environment gives verifiers' own vf-eval scores: the exact
+"""A verifiers run's `eval:` block gives verifiers' own vf-eval scores of the environment the run
+trains on (the block names none: the run's own is taken, with the trainer's environment.args, which
+reach load_environment: the saved prompts are one word, the environment's default three): the exact
 command of the rendered evaluation Job (cw's package step, then cw_eval.py, which starts
 `transformers serve` on the checkpoint, runs vf-eval against it and stops it) on a tiny local
 Llama and the example environment shipped with the run (configs/cw_reverse_text.py) writes
 scores.json with exactly the averages of vf-eval run by hand against the same server, with the
-same arguments (2 examples, 1 rollout, greedy, 8 tokens). Offline, on CPU, ~1 minute.
+same arguments (2 examples, 1 rollout, greedy, 8 tokens, the same --env-args). Offline, on CPU, ~1 minute.
 
 It needs a Python with verifiers 0.1.9.post3 and transformers[serving] 5.x, whose `transformers
 serve` answers a non-streaming chat completion with one JSON object (4.57, which verifiers' trainer
@@ -37,8 +39,11 @@ from cw_cli.localrun.pod_view import configmap_files, map_paths
 pytestmark = pytest.mark.training
 
 ENV_ID = "cw-reverse-text"
-BLOCK = {"environments": [ENV_ID], "metric": f"{ENV_ID}/reward", "limit": 2, "rollouts_per_example": 1, "gpu": 0,
-         "generation": {"temperature": 0, "max_tokens": 8}}  # fmt: skip
+#: No environments and no metric: a verifiers run's block scores the environment it trains on, by <env>/reward.
+BLOCK = {"limit": 2, "rollouts_per_example": 1, "gpu": 0, "generation": {"temperature": 0, "max_tokens": 8}}
+#: The trainer's load_environment arguments (environment.args), which the evaluation must pass too:
+#: one-word phrases, where the environment's default is three.
+ENV_ARGS = {"num_examples": 8, "words_per_example": 1, "seed": 3}
 
 
 def _vf_eval_python() -> Path:
@@ -62,14 +67,15 @@ def _vf_eval_python() -> Path:
 
 
 def _config(folder: Path) -> Path:
-    """configs/verifiers-grpo.yaml (its environment module beside it) with an `eval:` block naming it."""
+    """configs/verifiers-grpo.yaml (its environment module beside it) with an `eval:` block that names
+    no environment, and environment.args the evaluation must pass on."""
     import yaml
 
     folder.mkdir(parents=True)
     shutil.copy(CONFIGS_DIR / "cw_reverse_text.py", folder / "cw_reverse_text.py")
     data = yaml.safe_load((CONFIGS_DIR / "verifiers-grpo.yaml").read_text())
     config = folder / "verifiers-grpo.yaml"
-    config.write_text(yaml.safe_dump({**data, "eval": BLOCK}))
+    config.write_text(yaml.safe_dump({**data, "environment": {**data["environment"], "args": ENV_ARGS}, "eval": BLOCK}))
     return config
 
 
@@ -100,7 +106,8 @@ def _by_hand(python: Path, model: Path, modules: Path, workdir: Path) -> dict:
                 time.sleep(1)
         done = subprocess.run([str(python.parent / "vf-eval"), ENV_ID, "--model", str(model), "--api-base-url",
                                f"http://127.0.0.1:{port}/v1", "--api-key-var", "OPENAI_API_KEY", "-n", "2", "-r", "1",
-                               "--sampling-args", json.dumps(BLOCK["generation"]), "--save-results"],
+                               "--sampling-args", json.dumps(BLOCK["generation"]), "--env-args", json.dumps(ENV_ARGS),
+                               "--save-results"],
                               cwd=workdir, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     finally:
@@ -108,6 +115,13 @@ def _by_hand(python: Path, model: Path, modules: Path, workdir: Path) -> dict:
         server.wait(timeout=30)
     (metadata,) = workdir.glob("outputs/evals/*/*/metadata.json")
     return json.loads(metadata.read_text())
+
+
+def _question(row: dict) -> str:
+    """The user's message of one of vf-eval's saved rollouts (the phrase to reverse)."""
+    prompt = row["prompt"]
+    messages = json.loads(prompt) if isinstance(prompt, str) else prompt
+    return next(m["content"] for m in messages if m["role"] == "user")
 
 
 def test_the_rendered_evaluation_of_an_environment_scores_as_vf_eval_by_hand(request, tmp_path):
@@ -149,7 +163,9 @@ def test_the_rendered_evaluation_of_an_environment_scores_as_vf_eval_by_hand(req
     scores = json.loads((checkpoint / "cw-eval" / "scores.json").read_text())
     assert (scores["checkpoint"], scores["step"], scores["metric"]) == ("checkpoint-2", 2, f"{ENV_ID}/reward")
     assert scores["harness"] == "vf-eval 0.1.9.post3"
-    assert list((checkpoint / "cw-eval" / "vf-eval" / ENV_ID).glob("outputs/evals/*/*/results.jsonl")), "vf-eval's own output is kept"
+    (results,) = (checkpoint / "cw-eval" / "vf-eval" / ENV_ID).glob("outputs/evals/*/*/results.jsonl")  # vf-eval's own output, kept
+    questions = [_question(json.loads(line)) for line in results.read_text().splitlines() if line.strip()]
+    assert len(questions) == 2 and all(len(q.split()) == 1 for q in questions), questions  # environment.args reached load_environment
     assert "transformers serve" in done.stdout and "vf-eval cw-reverse-text" in done.stdout
     port = int(re.search(r"--port (\d+)", done.stdout).group(1))  # type: ignore[union-attr]
     with pytest.raises(OSError):  # the server was stopped with the evaluation

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cw_cli.after_training.evaluation import eval_settings, run_modules
+from cw_cli.after_training.evaluation import RunEnvironments, eval_settings, run_environments
 from cw_cli.errors import ConfigError
 
 MODULE = "import verifiers as vf\n\ndef load_environment(**kwargs):\n    ...\n"
@@ -14,7 +14,7 @@ MODULE = "import verifiers as vf\n\ndef load_environment(**kwargs):\n    ...\n"
 
 def test_a_shipped_environment_travels_and_a_hub_one_is_installed():
     settings = eval_settings("r", None, [], None, 4, 0, environments=["cw-reverse-text", "primeintellect/gsm8k"],
-                             shipped={"cw_reverse_text.py": MODULE})  # fmt: skip
+                             shipped=RunEnvironments({"cw_reverse_text.py": MODULE}, {}))  # fmt: skip
     assert settings["harness"] == "vf-eval" and settings["environments"] == ["cw-reverse-text", "primeintellect/gsm8k"]
     assert settings["environment_files"] == {"cw_reverse_text.py": MODULE}
     assert len(settings["install"]) == 1 and "primeintellect/gsm8k" in " ".join(map(str, settings["install"][0]))
@@ -52,4 +52,4 @@ class OneConfigMap:
 
 def test_the_runs_own_modules_are_its_python_files_but_not_cws():
     kube = OneConfigMap({"cw_reverse_text.py": MODULE, "cw_entrypoint.py": "cw's", "config.toml": "[env]"})
-    assert run_modules(kube, "r") == {"cw_reverse_text.py": MODULE}  # type: ignore[arg-type]
+    assert run_environments(kube, "r").modules == {"cw_reverse_text.py": MODULE}  # type: ignore[arg-type]

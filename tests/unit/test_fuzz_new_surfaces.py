@@ -218,3 +218,55 @@ def test_any_environments_flag_gives_settings_or_cws_error(environments, metric,
     except CwError:
         return
     assert settings["harness"] in ("vf-eval", "lm-eval")
+
+
+eval_keys = st.sampled_from(["tasks", "environments", "environment_args", "metric", "limit", "rollouts_per_example"])
+
+
+@SETTINGS
+@given(st.dictionaries(eval_keys | st.text(max_size=8), json_values, max_size=5) | json_values,
+       st.none() | st.tuples(st.text(max_size=20), st.dictionaries(st.text(max_size=8), json_values, max_size=3)))  # fmt: skip
+def test_any_eval_block_with_any_trained_environment_is_checked_or_refused(block, trained):
+    """A verifiers run's own environment filled into any `eval:` block: a checked block, or pydantic's
+    refusal (which the loader words as `eval.<field>`), never another exception."""
+    from pydantic import ValidationError
+
+    from cw_cli.config.eval_environments import with_trained_environment
+    from cw_cli.config.evaluation import EvalSpec
+
+    filled = with_trained_environment(block, trained)
+    try:
+        spec = EvalSpec.model_validate(filled)
+    except ValidationError:
+        return
+    assert (spec.tasks is None) != (spec.environments is None)
+    assert set(spec.environment_args or {}) <= set(spec.environments or [])
+    json.dumps(spec.environment_args, allow_nan=False)  # what the pod passes as --env-args
+
+
+@SETTINGS
+@given(json_values, st.text(max_size=20))
+def test_vf_eval_is_given_arguments_only_as_one_json_object(arguments, environment):
+    """cw-eval.json's environment_args as read in the pod (any JSON): vf-eval's argv is strings, and
+    --env-args, when there, is one JSON object."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cw_cli" / "runtime"))
+    import cw_vf_eval
+
+    command = cw_vf_eval.vf_eval_command({"environment_args": arguments}, environment, "/m", 8000)
+    assert all(isinstance(part, str) for part in command)
+    if "--env-args" in command:
+        assert isinstance(json.loads(command[command.index("--env-args") + 1]), dict)
+
+
+@SETTINGS
+@given(st.none() | st.integers() | st.text(max_size=200) | st.builds(
+    lambda table, key, value: f"[{table}]\n{key} = {value}\n", st.sampled_from(["env", "environment", "x"]),
+    st.sampled_from(["id", "args"]), st.text(max_size=30)))  # fmt: skip
+def test_a_runs_config_toml_read_back_gives_arguments_or_none(text):
+    """A run's ConfigMap `config.toml` (a server's answer): `{id: args}` or `{}`, never an exception."""
+    from cw_cli.after_training.evaluation import trained_arguments
+
+    found = trained_arguments(text)
+    assert all(isinstance(k, str) and isinstance(v, dict) and v for k, v in found.items()) and len(found) <= 1

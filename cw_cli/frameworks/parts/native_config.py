@@ -121,6 +121,12 @@ class NativeConfig:
         """The setting that turns W&B on, as the user wrote it (for messages)."""
         return f"report_to: {native.get('report_to')}"
 
+    def trained_environment(self, native: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """The verifiers environment the run trains on (its id, and the arguments its
+        ``load_environment`` takes), which an ``eval:`` block naming neither tasks nor environments
+        scores with vf-eval; None where the framework trains on none."""
+        return None
+
 
 def _count_problem(value: Any) -> str | None:
     """Why a batch size or step count is unusable (None when fine or unset: the default)."""

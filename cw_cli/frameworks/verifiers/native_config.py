@@ -73,6 +73,13 @@ class VerifiersNativeConfig(NativeConfig):
     def wandb_setting(self, native: dict[str, Any]) -> str:
         return f"trainer.args.report_to: {trainer_args(native).get('report_to')}"
 
+    def trained_environment(self, native: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        env = mapping_at(native, "env")
+        env_id, args = env.get("id"), env.get("args")
+        if not isinstance(env_id, str) or not env_id:
+            return None  # validate_config says what is wrong with it
+        return env_id, dict(args) if isinstance(args, dict) else {}
+
     def claims_native_keys(self, data: dict[str, Any]) -> set[str]:
         env = data.get("env")
         if isinstance(env, list) and env and all(isinstance(item, dict) for item in env):
