@@ -186,13 +186,46 @@ def wait_for_fixture():
     return wait_for
 
 
+#: A deleted test namespace whose pods still sit on their nodes this long after is stuck: a kubelet
+#: would have ended them, and they hold the shared cluster's GPUs for the rest of the session.
+STUCK_AFTER_S = 300.0
+#: Stuck namespaces already reported (each fails one test, not every later one).
+_reported_stuck: set[str] = set()
+
+
+def stuck_pods(core) -> dict[str, list[str]]:
+    """Bound pods of test namespaces deleted more than :data:`STUCK_AFTER_S` ago, by namespace."""
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc)
+    stuck: dict[str, list[str]] = {}
+    for ns in core.list_namespace(label_selector="cw-test=true").items:
+        deleted = ns.metadata.deletion_timestamp
+        if deleted is None or (now - deleted).total_seconds() < STUCK_AFTER_S or ns.metadata.name in _reported_stuck:
+            continue
+        pods = [f"{p.metadata.name} ({p.status.phase})" for p in core.list_namespaced_pod(ns.metadata.name).items if p.spec.node_name]
+        if pods:
+            stuck[ns.metadata.name] = pods
+    return stuck
+
+
 @pytest.fixture
 def namespace(kube_api) -> str:
-    """A fresh namespace `cw-test-<random>` whose default ServiceAccount exists; deleted after."""
+    """A fresh namespace `cw-test-<random>` whose default ServiceAccount exists; deleted after.
+
+    Fails first when an earlier test's deleted namespace still has pods on their nodes
+    (:func:`stuck_pods`), naming them, rather than let a later test find too few GPUs.
+    """
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     core = client.CoreV1Api(kube_api)
+    stuck = stuck_pods(core)
+    if stuck:
+        _reported_stuck.update(stuck)
+        pytest.fail(f"pods of deleted test namespaces are still on their nodes {STUCK_AFTER_S:.0f} s later, holding the "
+                    f"shared cluster's GPUs (a kubelet would have ended them; kubeconfigs/cluster/stages): {stuck}",
+                    pytrace=False)  # fmt: skip
     name = f"cw-test-{secrets.token_hex(4)}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
         name=name, labels={"cw-test": "true"})))
