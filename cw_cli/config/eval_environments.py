@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: An environment id as vf-eval takes it: a module-like name, or ``owner/name`` on the environment hub.
 _ENVIRONMENT = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.\-]{0,99}/)?[A-Za-z_][A-Za-z0-9_\-]{0,99}")
-#: Fields that only lm-eval reads, and the one only vf-eval reads.
+#: Fields that only lm-eval reads, and those only vf-eval reads.
 _TASK_ONLY = ("num_fewshot",)
 _ENVIRONMENT_ONLY = ("rollouts_per_example", "environment_args")
 #: What an ``eval:`` block naming neither or both harnesses is told.
@@ -62,7 +62,7 @@ def with_trained_environment(block: Any, trained: tuple[str, dict[str, Any]] | N
     return filled
 
 
-def default_metric(data: Any) -> Any:
+def with_default_metric(data: Any) -> Any:
     """The raw ``eval:`` data with ``metric: <first env>/reward`` when it names environments and no metric.
 
     Raises:

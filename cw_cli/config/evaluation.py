@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cw_cli.config.eval_environments import check_environment_args, check_environment_names, check_harness_fields, default_metric
+from cw_cli.config.eval_environments import check_environment_args, check_environment_names, check_harness_fields, with_default_metric
 
 #: The registry list shipped with cw (tools/lm_eval_tasks.py writes it).
 TASKS_FILE = Path(__file__).with_name("lm_eval_tasks.json.gz")
@@ -135,7 +135,7 @@ class EvalSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _metric_of_environments(cls, data: Any) -> Any:
-        return default_metric(data)
+        return with_default_metric(data)
 
     @model_validator(mode="after")
     def _one_harness(self) -> EvalSpec:
