@@ -203,7 +203,8 @@ def stuck_pods(core) -> dict[str, list[str]]:
         deleted = ns.metadata.deletion_timestamp
         if deleted is None or (now - deleted).total_seconds() < STUCK_AFTER_S or ns.metadata.name in _reported_stuck:
             continue
-        pods = [f"{p.metadata.name} ({p.status.phase})" for p in core.list_namespaced_pod(ns.metadata.name).items if p.spec.node_name]
+        pods = [f"{p.metadata.name} ({p.status.phase})" for p in core.list_namespaced_pod(ns.metadata.name).items
+                if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")]  # an ended pod holds nothing
         if pods:
             stuck[ns.metadata.name] = pods
     return stuck
@@ -247,6 +248,16 @@ def namespace(kube_api) -> str:
     except ApiException as e:
         if e.status != 404:
             raise
+    # A pod above the default priority that outlives its test would preempt the next tests' pods
+    # (it keeps its priority after its PriorityClass is gone, and the scheduler places it while its
+    # namespace is being deleted): wait until this namespace has none left.
+    wait_for(lambda: not _priority_pods(core, name), 120, what=f"the pods above the default priority in {name} to be gone")
+
+
+def _priority_pods(core, namespace: str) -> list[str]:
+    """Pods of ``namespace`` above the default priority that have not ended."""
+    return [p.metadata.name for p in core.list_namespaced_pod(namespace).items
+            if (p.spec.priority or 0) > 0 and p.status.phase not in ("Succeeded", "Failed")]  # fmt: skip
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ def test_a_missing_priority_class_creates_nothing(kube_api, namespace, cw_env, t
     scheduling = client.SchedulingV1Api(kube_api)
     scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=f"{namespace}-low"), value=10))
     try:
-        config = write_config(tmp_path, {**SFT_CONFIG, "priority_class": f"{namespace}-low"})
+        config = write_config(tmp_path, {**SFT_CONFIG, "gpu": 1, "priority_class": f"{namespace}-low"})  # 1 GPU: the class is the point
         launched = run_cw(cw_env, "trl", "sft", str(config), "--name", "prio", "-n", namespace)
         assert launched.returncode == 0, launched.stderr
     finally:
@@ -31,7 +31,7 @@ def test_a_user_who_cannot_read_priority_classes_is_not_stopped(kube_api, namesp
     scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=f"{namespace}-mid"), value=20))
     try:
         env = as_documented_roles("read-only", "launch")
-        config = write_config(tmp_path, {**SFT_CONFIG, "priority_class": f"{namespace}-mid"})
+        config = write_config(tmp_path, {**SFT_CONFIG, "gpu": 1, "priority_class": f"{namespace}-mid"})
         launched = run_cw(env, "trl", "sft", str(config), "--name", "prio2", "-n", namespace)
         assert launched.returncode == 0, launched.stderr
     finally:
