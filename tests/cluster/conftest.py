@@ -155,6 +155,11 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.25, what: str
                 + (f" (last error: {last_exc})" if last_exc else "") + said, pytrace=False)
 
 
+def _unfinished(pod) -> bool:
+    """Whether a pod has not ended (an ended pod holds nothing on its node)."""
+    return pod.status.phase not in ("Succeeded", "Failed")
+
+
 def pods_and_events(kube_api, namespace: str) -> str:
     """The namespace's pods (phase, node, deletion) and events, and the GPUs bound pods of every
     namespace hold: what a test that timed out waiting for a pod should print."""
@@ -167,7 +172,7 @@ def pods_and_events(kube_api, namespace: str) -> str:
               for e in core.list_namespaced_event(namespace).items][-15:]  # fmt: skip
     held: dict[str, int] = {}
     for pod in core.list_pod_for_all_namespaces().items:
-        if pod.spec.node_name and pod.status.phase not in ("Succeeded", "Failed"):
+        if pod.spec.node_name and _unfinished(pod):
             gpus = sum(int((c.resources.requests or {}).get("nvidia.com/gpu", 0)) for c in pod.spec.containers)
             held[pod.metadata.namespace] = held.get(pod.metadata.namespace, 0) + gpus
     lines.append(f"GPUs held by bound pods, by namespace: { {k: v for k, v in held.items() if v} }")
@@ -204,7 +209,7 @@ def stuck_pods(core) -> dict[str, list[str]]:
         if deleted is None or (now - deleted).total_seconds() < STUCK_AFTER_S or ns.metadata.name in _reported_stuck:
             continue
         pods = [f"{p.metadata.name} ({p.status.phase})" for p in core.list_namespaced_pod(ns.metadata.name).items
-                if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")]  # an ended pod holds nothing
+                if p.spec.node_name and _unfinished(p)]
         if pods:
             stuck[ns.metadata.name] = pods
     return stuck
@@ -257,7 +262,7 @@ def namespace(kube_api) -> str:
 def _priority_pods(core, namespace: str) -> list[str]:
     """Pods of ``namespace`` above the default priority that have not ended."""
     return [p.metadata.name for p in core.list_namespaced_pod(namespace).items
-            if (p.spec.priority or 0) > 0 and p.status.phase not in ("Succeeded", "Failed")]  # fmt: skip
+            if (p.spec.priority or 0) > 0 and _unfinished(p)]
 
 
 @pytest.fixture

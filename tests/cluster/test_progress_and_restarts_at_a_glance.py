@@ -83,7 +83,7 @@ def test_status_and_list_show_step_rates_checkpoint_and_restarts(kube_api, names
     header, *rows = table.stdout.splitlines()
     assert header.split()[:8] == ["RUN", "FRAMEWORK", "TYPE", "STATE", "GPUS", "STEP", "ETA", "RESTARTS"]
     shown = {row.split()[0]: row.split() for row in rows}
-    assert shown["glance"][3:8] == ["Running", "1", "4/6", "0s", "1"], table.stdout
+    assert shown["glance"][3:8] == ["Running", "1", "4/6", "0s", "1"], table.stdout + explain_pods()
     assert shown["plain"][3:6] == ["Running", "1", "0"], table.stdout  # no log from kwok: no step, no restart
     items = {item["name"]: item for item in json.loads(run_cw(cw_env, "list", "-n", namespace, "-o", "json").stdout)["items"]}
     assert items["glance"]["progress"]["checkpoint"] == progress["checkpoint"] and items["glance"]["restarts"] == 1
