@@ -78,7 +78,12 @@ def test_status_and_list_show_step_rates_checkpoint_and_restarts(kube_api, names
     age = (datetime.now(timezone.utc) - datetime(2026, 11, 27, 15, 20, 53, tzinfo=timezone.utc)).total_seconds()
     assert abs(progress["checkpoint_age_s"] - age) < 60, (progress, age)
 
-    table = run_cw(cw_env, "list", "-n", namespace)
+    def listed_running():  # the Job's own status (ready pods) may lag its new pod by a sync
+        shown = run_cw(cw_env, "list", "-n", namespace)
+        rows = [row.split() for row in shown.stdout.splitlines()[1:]]
+        return shown if shown.returncode == 0 and all(r[3] == "Running" for r in rows if r[0] in runs) else None
+
+    table = wait_for(listed_running, 30, interval=1, what="cw list to show both runs Running", explain=explain_pods)
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
     assert header.split()[:8] == ["RUN", "FRAMEWORK", "TYPE", "STATE", "GPUS", "STEP", "ETA", "RESTARTS"]
