@@ -2,7 +2,9 @@
 # Build the test cluster binaries (kube-apiserver, kube-controller-manager,
 # kube-scheduler, etcd, kwok) from the pinned Go builder modules in tools/*/.
 #
-# Usage: tools/build.sh [all|k8s|etcd|kwok|kueue|jobset|check]...   (all: the control plane and kwok; kueue and jobset are optional)
+# Usage: tools/build.sh [all|k8s|node|etcd|kwok|kueue|jobset|check]...
+#   all: the control plane, kwok and the real node's programs (kubelet, kube-proxy, pause);
+#   kueue and jobset are optional
 #   check: verify tools/*/go.mod pin the versions of versions.env (no build)
 # Output: ${CW_CACHE_DIR:-~/.cache/cw}/bin/<component>-<version>/<binary>
 # Only missing binaries are built (a warm run takes well under a second).
@@ -32,6 +34,24 @@ build_k8s() {
   ld="${ld} -X k8s.io/client-go/pkg/version.gitVersion=${KUBERNETES_VERSION} -X k8s.io/client-go/pkg/version.gitMajor=${major} -X k8s.io/client-go/pkg/version.gitMinor=${minor}"
   (cd "${here}/k8s" && go build -trimpath -ldflags "${ld}" -o "${out}.tmp/" \
       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler)
+  rm -rf "${out}"; mv "${out}.tmp" "${out}"
+}
+
+# The real node's programs (`cw cluster up` runs them when the machine can): kubelet and kube-proxy
+# from the same builder module as the control plane, and the pod sandbox's pause program.
+build_node() {
+  local out="${cache}/node-${KUBERNETES_VERSION}"
+  if [[ -z "${CW_FORCE_BUILD:-}" && -x "${out}/kubelet" && -x "${out}/kube-proxy" && -x "${out}/pause" ]]; then
+    return 0
+  fi
+  mkdir -p "${out}.tmp"
+  local v="${KUBERNETES_VERSION#v}" major minor
+  major="${v%%.*}"; minor="${v#*.}"; minor="${minor%%.*}"
+  local pkg="k8s.io/component-base/version"
+  local ld="-s -w -X ${pkg}.gitVersion=${KUBERNETES_VERSION} -X ${pkg}.gitMajor=${major} -X ${pkg}.gitMinor=${minor} -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
+  (cd "${here}/k8s" && go build -trimpath -ldflags "${ld}" -o "${out}.tmp/" \
+      k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
+  (cd "${here}/pause" && go build -trimpath -ldflags "-s -w" -o "${out}.tmp/pause" .)
   rm -rf "${out}"; mv "${out}.tmp" "${out}"
 }
 
@@ -110,7 +130,8 @@ check() {
 targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for t in "${targets[@]}"; do
   case "$t" in
-    all) build_etcd; build_kwok; build_k8s ;;
+    all) build_etcd; build_kwok; build_k8s; build_node ;;
+    node) build_node ;;
     k8s|kubernetes) build_k8s ;;
     etcd) build_etcd ;;
     kwok) build_kwok ;;

@@ -24,7 +24,7 @@ from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.frameworks.runtime_files import ARTIFACTS_FILE, runtime_file
 from cw_cli.k8s.run_facts import claims_of, output_dir_of, trainer_of
 from cw_cli.labels import READER, TRAINER
-from cw_cli.render.helper_pods import reader_manifest
+from cw_cli.render.helper_pods import READER_IMAGE, reader_manifest
 
 #: How long cw waits for the reader pod to run.
 READER_START_S = 180
@@ -39,7 +39,8 @@ def reader_pod(kube: Kube, run_name: str, owner: dict[str, Any], claim: str,
         Conflict: The volume is ReadWriteOncePod and a running pod has it.
     """
     placement = reader_placement(kube, claim, volume)
-    return reader_manifest(run_name, owner["metadata"].get("labels") or {}, claim, placement)
+    image = kube.helper_image(READER, READER_IMAGE)
+    return reader_manifest(run_name, owner["metadata"].get("labels") or {}, claim, placement, image=image)
 
 
 def _wait_running(kube: Kube, name: str, claim: str, timeout_s: float) -> None:

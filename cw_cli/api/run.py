@@ -9,8 +9,11 @@ from msgspec import Struct
 
 from cw_cli.api.after_training import AfterTraining
 from cw_cli.api.planning import Progress, _quiet
-from cw_cli.errors import ConfigError, RunFailed
-from cw_cli.labels import SERVER_ROLES, TRAINER
+from cw_cli.errors import ConfigError, CwError, RunFailed
+from cw_cli.labels import COMPONENT_LABEL, RUN_LABEL, SERVER_ROLES, TRAINER
+
+#: The annotation KWOK's simulated nodes carry (their pods never start a container).
+SIMULATED_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 if TYPE_CHECKING:
     from cw_cli.api.session import Session
@@ -98,6 +101,19 @@ class Run(AfterTraining, Struct):
             raise
         self.stop_servers(progress)
         return state
+
+    def simulated_nodes(self) -> list[str]:
+        """The KWOK simulated nodes the trainer's pods were placed on: there no container starts, so
+        a run "succeeds" without training. Empty on a real cluster, or where nodes cannot be read."""
+        kube = self.session.kube
+        try:
+            pods = kube.list("Pod", label_selector=f"{RUN_LABEL}={self.name},{COMPONENT_LABEL}={TRAINER}")
+            names = {p.get("spec", {}).get("nodeName") for p in pods} - {None, ""}
+            nodes = [kube.get_metadata("Node", n) for n in sorted(names)]
+        except CwError:  # no right to read nodes: say nothing rather than guess
+            return []
+        return [(n.get("metadata") or {}).get("name", "") for n in nodes
+                if n and ((n.get("metadata") or {}).get("annotations") or {}).get(SIMULATED_NODE_ANNOTATION) == "fake"]
 
     def wait_for_servers(self, timeout: float | None = None, progress: Progress = _quiet) -> None:
         """Block until the run's servers are Ready (a ``--services`` run)."""

@@ -86,7 +86,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "cluster": (
         "cw_cli.cli.cluster:cluster_group",
-        "The test cluster: a real Kubernetes control plane on 127.0.0.1 with fake GPU nodes (KWOK).",
+        "The test cluster: a real Kubernetes control plane, fake GPU nodes (KWOK) and a real node.",
     ),
     "completion": (
         "cw_cli.cli.info:completion_command",

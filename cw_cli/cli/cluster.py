@@ -1,4 +1,5 @@
-"""`cw cluster up|down|status`: the test cluster (real control plane + KWOK fake GPU nodes).
+"""`cw cluster up|down|status`: the test cluster (real control plane, KWOK fake GPU nodes and,
+where the machine can run it, a real node whose pods really run).
 
 Cheap to import: cw_cli.testcluster is imported inside the commands.
 """
@@ -16,7 +17,7 @@ from cw_cli.cli.output import out as _out
 
 @click.group("cluster", no_args_is_help=True)
 def cluster_group() -> None:
-    """The test cluster: a real Kubernetes control plane on 127.0.0.1 with fake GPU nodes (KWOK)."""
+    """The test cluster: a real Kubernetes control plane, fake GPU nodes (KWOK) and a real node."""
 
 
 _STATE_HELP = "State folder (default: $CW_CLUSTER_DIR or ~/.cache/cw/cluster)."
@@ -35,9 +36,12 @@ _PATH = click.Path(path_type=Path)
 @click.option("--timeout", type=float, default=180.0, show_default=True, help="Seconds to wait for the cluster.")
 @click.option("--kueue", is_flag=True,
               help="Also run Kueue and JobSet (Kueue's JobSet integration on), with ClusterQueue cw-gpus and LocalQueue cw.")
+@click.option("--real-node/--no-real-node", default=None,
+              help="Run a real node (kubelet, containerd; pods really run). Default: when this machine can (Linux, root, containerd).")
 @handle_errors
 def up_cmd(
-    kubeconfig: Path | None, nodes: int, cpu_nodes: int, state_dir: Path | None, build: bool, timeout: float, kueue: bool
+    kubeconfig: Path | None, nodes: int, cpu_nodes: int, state_dir: Path | None, build: bool, timeout: float, kueue: bool,
+    real_node: bool | None,
 ) -> None:
     """Build (if needed) and start the test cluster; set kubectl context cw-test."""
     from cw_cli import testcluster as lc
@@ -46,7 +50,7 @@ def up_cmd(
         with Heartbeat("starting the test cluster") as beat:  # a cold build takes minutes: alive on a pipe too
             info = lc.up(state_dir=state_dir, kubeconfig=kubeconfig, gpu_nodes=nodes,
                          cpu_nodes=cpu_nodes, build=build, timeout=timeout, kueue=kueue,
-                         on_progress=beat.stage)
+                         on_progress=beat.stage, real_node=real_node)
     except KeyboardInterrupt:
         raise lc.TestClusterError("interrupted", hint="run `cw cluster down` to clean up") from None
     out = _out()
@@ -56,6 +60,10 @@ def up_cmd(
         built = f", built {', '.join(info.built)} in {info.build_seconds:.0f}s" if info.built else ""
         out.print(f"[green]cluster up[/] at {info.server} in {info.start_seconds:.1f}s{built}")
     out.print(f"nodes: {', '.join(info.nodes)}")
+    if info.real_nodes:
+        out.print(f"real node: {', '.join(info.real_nodes)} (pods really run; image {info.runtime_image})")
+    elif info.real_node_skipped:
+        out.print(f"[yellow]no real node[/]: {info.real_node_skipped}; pods only run on simulated nodes", soft_wrap=True)
     out.print(f"kubeconfig: {info.kubeconfig} (context [bold]{info.context}[/])")
     out.print(f"state: {info.state_dir}   stop with: cw cluster down")
 
@@ -99,6 +107,8 @@ def down_cmd(state_dir: Path | None, timeout: float, keep_state: bool) -> None:
         out.print(f"removed context cw-test from {res.kubeconfig_cleaned}")
     if res.removed_state:
         out.print(f"removed {res.state_dir}")
+    for thing in res.leftovers:
+        out.print(f"[red]left behind[/]: {thing}", soft_wrap=True)
 
 
 @cluster_group.command("status")

@@ -269,7 +269,13 @@ def _apply(session: api.Session, planned: api.PlannedRun, asked: LaunchCommand, 
                     say("services are Ready", fg="green")
                 elif plan.owner_name:
                     run.wait(timeout, progress)
-                    say(f"run {plan.run_name} succeeded", fg="green")
+                    simulated = run.simulated_nodes()
+                    if simulated:
+                        say(f"run {plan.run_name} succeeded on a simulated node ({', '.join(simulated)}): nothing was trained "
+                            "(KWOK starts no container; `cw cluster up` as root with containerd gives the test cluster a "
+                            "real node)", fg="yellow")  # fmt: skip
+                    else:
+                        say(f"run {plan.run_name} succeeded", fg="green")
         except KeyboardInterrupt:
             # The run is launched and complete: stopping the watch must not stop the run.
             raise Interrupted(

@@ -66,6 +66,11 @@ class Kube:
         """The API server's URL."""
         return str(self.transport.server)
 
+    def helper_image(self, role: str, default: str) -> str:
+        """The image of cw's ``role`` helper pod on this cluster: the kubeconfig context's choice
+        (:data:`~cw_cli.client.credentials.HELPER_IMAGES_EXTENSION`), else ``default``."""
+        return str(getattr(self.transport, "helper_images", {}).get(role, default))
+
     def close(self) -> None:
         """Close the kept-alive connections."""
         self.transport.close()

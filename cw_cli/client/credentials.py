@@ -65,6 +65,13 @@ class ExecPlugin(Struct, frozen=True):
     where: str = ""
 
 
+#: The kubeconfig context extension (``extensions: [{name: ..., extension: {ROLE: IMAGE}}]``, kept by
+#: kubectl) that names the images of cw's helper pods on that cluster.
+HELPER_IMAGES_EXTENSION = "cw-cli.dev/helper-images"
+#: The helper pods' roles an extension may name an image for.
+HELPER_IMAGE_ROLES = ("reader",)
+
+
 class Credentials(Struct, frozen=True):
     """Everything needed to talk to one API server as one user.
 
@@ -87,6 +94,9 @@ class Credentials(Struct, frozen=True):
             takes the environment's proxy (:func:`cw_cli.client.transport.proxy_for`).
         impersonate: The Impersonate-* headers of the user's ``as``, ``as-groups``, ``as-uid`` and
             ``as-user-extra`` (kubectl's), one pair per header line: a group is one line each.
+        helper_images: The images cw's helper pods use on this context's cluster, by role
+            (``reader``), from the context's extension :data:`HELPER_IMAGES_EXTENSION`: a cluster
+            without a registry (the test cluster's real node) names the images it holds.
     """
 
     server: str
@@ -104,6 +114,7 @@ class Credentials(Struct, frozen=True):
     expires: float | None = None
     proxy: str | None = None
     impersonate: tuple[tuple[str, str], ...] = ()
+    helper_images: tuple[tuple[str, str], ...] = ()
 
     #: Fields whose values never appear in a repr (logs and tracebacks).
     _SECRET_FIELDS: ClassVar[frozenset[str]] = frozenset({"ca_data", "client_cert", "client_key", "token", "password"})

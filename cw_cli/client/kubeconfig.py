@@ -16,7 +16,16 @@ from __future__ import annotations
 
 import os
 
-from cw_cli.client.credentials import EXEC_API_VERSIONS, Credentials, ExecPlugin, KubeconfigError, UnknownContext, Unsupported
+from cw_cli.client.credentials import (
+    EXEC_API_VERSIONS,
+    HELPER_IMAGE_ROLES,
+    HELPER_IMAGES_EXTENSION,
+    Credentials,
+    ExecPlugin,
+    KubeconfigError,
+    UnknownContext,
+    Unsupported,
+)
 from cw_cli.client.exec_plugin import exec_timeout, expired, refresh, run_exec_plugin
 from cw_cli.client.in_cluster import in_cluster
 from cw_cli.client.kubeconfig_entries import IMPERSONATION_KEYS, Entry, read_cluster, read_user
@@ -136,5 +145,32 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Credentia
         raise
     return Credentials(
         server=cluster["server"], context=name, namespace=namespace, ca_data=cluster["ca"],
-        insecure=cluster["insecure"], tls_server_name=cluster["tls_server_name"], proxy=cluster["proxy"], **user,
+        insecure=cluster["insecure"], tls_server_name=cluster["tls_server_name"], proxy=cluster["proxy"],
+        helper_images=_helper_images(ctx, where), **user,
     )  # fmt: skip
+
+
+def _helper_images(ctx: dict, where: str) -> tuple[tuple[str, str], ...]:
+    """The context's helper images (:data:`HELPER_IMAGES_EXTENSION`), checked like any value cw sends.
+
+    Raises:
+        KubeconfigError: The extension is not a mapping of a known role to an image reference.
+    """
+    extensions = ctx.get("extensions") or []
+    if not isinstance(extensions, list):
+        raise KubeconfigError(f"{where}: extensions is {type_name(extensions)}, not a list of named extensions")
+    found: list[tuple[str, str]] = []
+    for item in extensions:
+        if not isinstance(item, dict) or item.get("name") != HELPER_IMAGES_EXTENSION:
+            continue
+        images = item.get("extension")
+        if not isinstance(images, dict):
+            raise KubeconfigError(f"{where}: extension {HELPER_IMAGES_EXTENSION} is {type_name(images)}, not a mapping of role to image")
+        for role, image in images.items():
+            if role not in HELPER_IMAGE_ROLES:
+                raise KubeconfigError(f"{where}: extension {HELPER_IMAGES_EXTENSION}: unknown role {role!r}",
+                                      hint=f"roles: {', '.join(HELPER_IMAGE_ROLES)}")  # fmt: skip
+            if not isinstance(image, str) or not image or len(image) > 512 or any(c.isspace() or ord(c) < 32 for c in image):
+                raise KubeconfigError(f"{where}: extension {HELPER_IMAGES_EXTENSION}: {role}: not an image reference")
+            found.append((role, image))
+    return tuple(found)

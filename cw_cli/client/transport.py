@@ -125,6 +125,7 @@ class Transport:
         self._port = url.port or (443 if self._https else 80)
         self._base_path = url.path.rstrip("/")
         self._credentials = credentials
+        self.helper_images = dict(credentials.helper_images)
         self._authorization = authorization
         chosen = proxy_for(credentials.server, credentials.proxy)  # the environment is read here, once
         self._proxy = proxy_address(*chosen, proxy_headers) if chosen else None

@@ -81,9 +81,10 @@ def reader_name(run_name: str) -> str:
 
 def reader_manifest(
     run_name: str, run_labels: dict[str, str], claim: str, placement: ReaderPlacement | None = None,
-    namespace: str | None = None,
+    namespace: str | None = None, image: str = READER_IMAGE,
 ) -> dict[str, Any]:  # fmt: skip
-    """The reader pod: the run's claim read-only at the checkpoint mount, asleep until cw execs in it."""
+    """The reader pod: the run's claim read-only at the checkpoint mount, asleep until cw execs in it
+    (``image``: the cluster's choice, where its kubeconfig context names one)."""
     placement = placement or ReaderPlacement()
     affinity: dict[str, Any] = {}
     if placement.node:
@@ -100,7 +101,7 @@ def reader_manifest(
         "container_security": {**CONTAINER_SECURITY, "readOnlyRootFilesystem": True},
         "affinity": affinity,
         "tolerations": placement.tolerations,
-        "image": READER_IMAGE,
+        "image": image,
         "command": ["sleep", str(READER_DEADLINE_S)],
         "mount": CHECKPOINT_MOUNT,
         "resources": READER_RESOURCES,

@@ -31,9 +31,9 @@ def assign_ports(free: list[int]) -> dict[str, int]:
     return dict(zip(PORT_NAMES, free, strict=True))
 
 
-def server_url(ports: Mapping[str, int]) -> str:
-    """The API server's URL."""
-    return f"https://127.0.0.1:{ports['kube-apiserver']}"
+def server_url(ports: Mapping[str, int], address: str = "127.0.0.1") -> str:
+    """The API server's URL (``address``: where it listens, see :func:`apiserver_args`)."""
+    return f"https://{address}:{ports['kube-apiserver']}"
 
 
 def etcd_url(ports: Mapping[str, int]) -> str:
@@ -74,12 +74,19 @@ def etcd_args(state: Path, ports: Mapping[str, int]) -> list[str]:
     ]
 
 
-def apiserver_args(pki: Pki, ports: Mapping[str, int]) -> list[str]:
-    """kube-apiserver on 127.0.0.1: client certificates of the PKI's CA, RBAC, kwok as the kubelets."""
+def apiserver_args(pki: Pki, ports: Mapping[str, int], address: str = "127.0.0.1") -> list[str]:
+    """kube-apiserver on ``address``: client certificates of the PKI's CA, RBAC, kwok as the kubelets.
+
+    ``address`` is 127.0.0.1 without a real node. With one, it is the host end of the real node's
+    link (a pod cannot reach the host's loopback): the ``kubernetes`` Service's endpoints point
+    there, so pods reach the API server through in-cluster config as on a real cluster.
+    """
+    # 127.0.0.1 may not be written into the kubernetes Service's Endpoints; nothing needs them then.
+    reconciler = "none" if address == "127.0.0.1" else "lease"
     return [
         f"--etcd-servers={etcd_url(ports)}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
+        f"--bind-address={address}",
+        f"--advertise-address={address}",
         f"--secure-port={ports['kube-apiserver']}",
         f"--tls-cert-file={pki.apiserver.cert}",
         f"--tls-private-key-file={pki.apiserver.key}",
@@ -90,9 +97,12 @@ def apiserver_args(pki: Pki, ports: Mapping[str, int]) -> list[str]:
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--authorization-mode=Node,RBAC",
         "--allow-privileged=true",
-        # 127.0.0.1 may not be written into the kubernetes Service's Endpoints; nothing needs them.
-        "--endpoint-reconciler-type=none",
-        # pods/log, exec etc. are proxied to kwok's kubelet-like server on 127.0.0.1.
+        f"--endpoint-reconciler-type={reconciler}",
+        # A real node's kubelet may change only its own Node and its pods' status; a namespace
+        # may give its pods default tolerations (namespace default tolerates the real node).
+        "--enable-admission-plugins=NodeRestriction,PodTolerationRestriction",
+        # pods/log, exec etc. are proxied to kwok's kubelet-like server on 127.0.0.1, or to a real
+        # node's kubelet on its own address.
         f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",
         f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",
         f"--kubelet-certificate-authority={pki.ca.cert}",

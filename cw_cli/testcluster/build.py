@@ -22,7 +22,7 @@ from .errors import BuildError, TestClusterError
 from .paths import Versions, cache_dir, load_versions, tools_dir
 
 COMPONENTS = ("etcd", "kwok", "k8s")
-OPTIONAL = ("jobset", "kueue")  # built only when asked for (`cw cluster up --kueue` runs both)
+OPTIONAL = ("jobset", "kueue", "node")  # built only when asked for (`--kueue` runs the first two; a real node needs node)
 
 _BINARIES = {
     "etcd": ("etcd",),
@@ -30,6 +30,7 @@ _BINARIES = {
     "k8s": ("kube-apiserver", "kube-controller-manager", "kube-scheduler"),
     "kueue": ("kueue",),
     "jobset": ("jobset",),
+    "node": ("kubelet", "kube-proxy", "pause"),
 }
 
 
@@ -42,6 +43,9 @@ class Binaries(Struct):
     kube_scheduler: Path
     kwok: Path
     versions: Versions
+    kubelet: Path = Path()  # the real node's programs (component "node")
+    kube_proxy: Path = Path()
+    pause: Path = Path()
     built: list[str] = field(default_factory=list)  # components built by this call
     seconds: dict[str, float] = field(default_factory=dict)  # build time per built component
     total_seconds: float = 0.0
@@ -54,6 +58,8 @@ def _component_dir(bin_root: Path, component: str, versions: Versions) -> Path:
         return bin_root / f"etcd-{versions.etcd}"
     if component in ("kueue", "jobset"):
         return bin_root / f"{component}-{getattr(versions, component)}"
+    if component == "node":
+        return bin_root / f"node-{versions.kubernetes}"
     return bin_root / f"kwok-{versions.kwok}"
 
 
@@ -62,6 +68,7 @@ def binary_paths(cache: Path | None = None, versions: Versions | None = None) ->
     versions = versions or load_versions()
     root = (cache or cache_dir()) / "bin"
     k8s = _component_dir(root, "k8s", versions)
+    node = _component_dir(root, "node", versions)
     return Binaries(
         etcd=_component_dir(root, "etcd", versions) / "etcd",
         kube_apiserver=k8s / "kube-apiserver",
@@ -69,6 +76,9 @@ def binary_paths(cache: Path | None = None, versions: Versions | None = None) ->
         kube_scheduler=k8s / "kube-scheduler",
         kwok=_component_dir(root, "kwok", versions) / "kwok",
         versions=versions,
+        kubelet=node / "kubelet",
+        kube_proxy=node / "kube-proxy",
+        pause=node / "pause",
     )
 
 

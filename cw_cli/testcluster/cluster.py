@@ -28,6 +28,7 @@ from .kubeconfig import CONTEXT, default_user_kubeconfig, merge_user_kubeconfig,
 from .launcher import Launcher, free_ports, wait_until
 from .paths import cluster_resources_dir, default_cluster_dir
 from .pki import Pki, generate_pki, load_pki
+from .realnode import node as realnode_node
 from .records import (
     COMPONENTS,
     MARKER,
@@ -37,13 +38,14 @@ from .records import (
     DownResult,
     NodeStatus,
     ProcessStatus,
+    RealNodeImages,
     check_state_dir,
     is_cluster_state,
     load_info,
     node_status,
 )
 from .state_files import client_certs, node_manifests, write_kubeconfigs, write_kwok_files
-from .volumes import DEFAULT_CLAIM, DEFAULT_NAMESPACE, volume_manifests
+from .volumes import DEFAULT_CLAIM, DEFAULT_NAMESPACE, real_node_tolerations, volume_manifests
 
 if TYPE_CHECKING:
     from cw_cli.client.connection import Kube
@@ -69,9 +71,14 @@ def _nodes_ready(kube: Kube, wanted: set[str]) -> bool:
     return wanted <= ready
 
 
-def _create_checkpoint_volume(kube: Kube) -> None:
-    """The quick start's checkpoint volume (claim `checkpoints` in default), bound at once."""
-    volume, claim = volume_manifests(DEFAULT_NAMESPACE, DEFAULT_CLAIM)
+def _create_checkpoint_volume(kube: Kube, real_node: bool) -> None:
+    """The quick start's checkpoint volume (claim `checkpoints` in default), bound at once; with a
+    real node, on that node's disk (so pods that mount it run there), and namespace default's pods
+    tolerate the real node."""
+    volume, claim = volume_manifests(DEFAULT_NAMESPACE, DEFAULT_CLAIM, real_node=real_node)
+    if real_node:
+        kube.raw("PATCH", f"/api/v1/namespaces/{DEFAULT_NAMESPACE}", body=real_node_tolerations(),
+                 content_type="application/merge-patch+json", what="let namespace default's pods run on the real node")  # fmt: skip
     api.create(kube, "/api/v1/persistentvolumes", volume)
     api.create(kube, f"/api/v1/namespaces/{DEFAULT_NAMESPACE}/persistentvolumeclaims", claim)
 
@@ -127,6 +134,7 @@ def up(
     on_progress: Callable[[str], None] | None = None,
     owner_pid: int | None = None,
     kueue: bool = False,
+    real_node: bool | None = None,
 ) -> ClusterInfo:
     """Start the test cluster (idempotent: a healthy running cluster is returned as is).
 
@@ -134,6 +142,8 @@ def up(
     into `kubeconfig` (default: first $KUBECONFIG path or ~/.kube/config) and makes it current.
     `owner_pid`: also start a watchdog that runs `down()` once that process is gone (tests use
     their own pid, so a killed test run never leaks a cluster).
+    `real_node`: also run a real node (kubelet, containerd) whose pods really run; None: when
+    this machine can (:func:`realnode.node.unavailable_reason` says why not, in ``info.real_node_skipped``).
     Raises StartError (with the failing component's log path) or BuildError.
     """
     say = on_progress or (lambda _m: None)
@@ -147,8 +157,14 @@ def up(
     if running is not None:
         return running
 
+    if real_node is not False:
+        _clean_stale_real_node(say)
+    skipped = realnode_node.unavailable_reason() if real_node is not False else "not asked for"
+    if real_node and skipped:
+        raise TestClusterError(f"cannot run a real node: {skipped}")
+    with_real_node = skipped is None
     t_build = time.monotonic()
-    bins = _binaries(build, kueue, say)
+    bins = _binaries(build, kueue, say, real_node=with_real_node)
     build_seconds = round(time.monotonic() - t_build, 1)
 
     t0 = time.monotonic()
@@ -157,10 +173,12 @@ def up(
     state.mkdir(parents=True)
     (state / MARKER).write_text("state of the cw test cluster; removed by `cw cluster down`\n")
     try:
-        info = _start(state, bins, user_kc, gpu_nodes, cpu_nodes, timeout, set_current_context, say, kueue)
+        images = _prepare_real_node(state, bins, say) if with_real_node else None
+        info = _start(state, bins, user_kc, gpu_nodes, cpu_nodes, timeout, set_current_context, say, kueue, images)
     except BaseException:
         down(state, keep_state=True)
         raise
+    info.real_node_skipped = skipped or ""
     if owner_pid is not None:
         _start_watchdog(state, owner_pid)
     info.build_seconds = build_seconds
@@ -191,16 +209,16 @@ def _reuse_running(state: Path, user_kc: Path, gpu_nodes: int, cpu_nodes: int, t
     pki = load_pki(state / "pki")
     _top_up_nodes(info, st, pki, gpu_nodes, cpu_nodes, timeout, say)
     merge_user_kubeconfig(user_kc, info.server, pki.ca.cert, pki.admin.cert, pki.admin.key,
-                          set_current=set_current_context)
+                          set_current=set_current_context, helper_image=info.runtime_image)
     info.kubeconfig = str(user_kc)
     info.already_running = True
     (state / STATE_FILE).write_text(json.dumps(asdict(info), indent=2))
     return info
 
 
-def _binaries(build: bool, kueue: bool, say: Callable[[str], None]) -> Binaries:
+def _binaries(build: bool, kueue: bool, say: Callable[[str], None], real_node: bool = False) -> Binaries:
     """The components' binaries: built when missing and ``build``, else an error naming them."""
-    optional = QUEUEING if kueue else ()
+    optional = (*(QUEUEING if kueue else ()), *(("node",) if real_node else ()))
     if build:
         return ensure_binaries(on_build_start=lambda c: say(f"building {c} (cold build, minutes)"), optional=optional)
     missing = missing_components(optional=optional)
@@ -243,20 +261,70 @@ def _start_watchdog(state: Path, owner_pid: int) -> None:
                 state / "logs" / "watchdog.log", state / "pids", env=dict(os.environ, PYTHONPATH=os.pathsep.join(path)))  # fmt: skip
 
 
+def _prepare_real_node(state: Path, bins: Binaries, say: Callable[[str], None]) -> RealNodeImages:
+    """The real node's network and containerd, with its images (built the first time: minutes)."""
+    realnode = realnode_node
+    files = realnode.NodeFiles(state, 0)
+    files.dir.mkdir(parents=True)  # from here on, `down(state)` removes what was made
+    realnode.owner_file().write_text(str(state))
+    say("creating the real node's network namespace")
+    realnode.setup_network(0)
+    pause_ref = realnode.image.pause_image(bins.versions.kubernetes)
+    say("starting containerd on the real node")
+    record = realnode.start_containerd(files, pause_ref)
+    realnode.wait_containerd(files, record)
+    runtime_ref = realnode.ensure_images(files, bins.pause, pause_ref, say)
+    return RealNodeImages(pause_ref, runtime_ref)
+
+
+def _clean_stale_real_node(say: Callable[[str], None]) -> None:
+    """Stop the real node of a cluster whose processes are all gone (its cw and cluster were killed)."""
+    owner_file = realnode_node.owner_file()
+    try:
+        owner = Path(owner_file.read_text().strip())
+    except OSError:
+        return
+    if owner.is_dir() and any(procs.is_alive(r) for r in procs.load_records(owner / "pids")):
+        return  # a running cluster's node: not ours to touch
+    if owner.is_dir() and is_cluster_state(owner):
+        say(f"cleaning up the real node of a stopped cluster ({owner})")
+        down(owner)
+    owner_file.unlink(missing_ok=True)
+
+
+def _start_real_node(launcher: Launcher, kube: Kube, state: Path, bins: Binaries, server: str,
+                     say: Callable[[str], None]) -> str:  # fmt: skip
+    """The real node's kubelet and kube-proxy, its GPUs advertised; its name."""
+    realnode = realnode_node
+    files = realnode.NodeFiles(state, 0)
+    realnode.write_node_files(files, state / "pki", server)
+    say("starting the real node's kubelet and kube-proxy")
+    realnode.start_node_agents(launcher, files, bins.kubelet, bins.kube_proxy)
+    name = realnode.node_name(0)
+    launcher.wait(f"node {name} to register", lambda: api.exists(kube, f"{api.NODES}/{name}"), 0.5)
+    realnode.advertise_gpus(kube, 0)
+    launcher.wait(f"node {name} Ready with its GPUs", lambda: _nodes_ready(kube, {name}) and realnode.gpus_advertised(kube, 0), 0.5)
+    return name
+
+
 def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes: int,
            timeout: float, set_current: bool, say: Callable[[str], None],
-           with_kueue: bool = False) -> ClusterInfo:  # fmt: skip
+           with_kueue: bool = False, real_node: RealNodeImages | None = None) -> ClusterInfo:  # fmt: skip
     """Start every process in order, waiting for what the next one needs; the cluster's record."""
+    from .realnode.network import api_address
+
     launcher = Launcher(state, timeout)
-    pki = generate_pki(state / "pki")
+    address = api_address() if real_node else "127.0.0.1"
+    pki = generate_pki(state / "pki", api_ips=(address,))
     ports = argv.assign_ports(free_ports(len(argv.PORT_NAMES)))
-    server = argv.server_url(ports)
+    server = argv.server_url(ports, address)
     kube = api.admin_client(server, pki)
+    real_nodes: list[str] = []
     try:
         say("starting etcd")
         launcher.spawn("etcd", [bins.etcd, *argv.etcd_args(state, ports)])
         say("starting kube-apiserver")
-        launcher.spawn("kube-apiserver", [bins.kube_apiserver, *argv.apiserver_args(pki, ports)])
+        launcher.spawn("kube-apiserver", [bins.kube_apiserver, *argv.apiserver_args(pki, ports, address)])
         launcher.wait("kube-apiserver /readyz", lambda: api.ready(kube))
         write_kubeconfigs(state, server, pki)
 
@@ -276,20 +344,24 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
         say("waiting for nodes Ready and the default ServiceAccount")
         launcher.wait("fake nodes to become Ready", lambda: _nodes_ready(kube, wanted), 0.3)
         launcher.wait("ServiceAccount default/default", lambda: api.exists(kube, "/api/v1/namespaces/default/serviceaccounts/default"))
-        _create_checkpoint_volume(kube)
+        if real_node:
+            real_nodes.append(_start_real_node(launcher, kube, state, bins, server, say))
+        _create_checkpoint_volume(kube, real_node is not None)
         _create_eval_priority_class(kube)
         if with_kueue:
             _start_queueing(launcher, kube, pki, say)
     finally:
         kube.close()
 
-    merge_user_kubeconfig(user_kc, server, pki.ca.cert, pki.admin.cert, pki.admin.key, set_current=set_current)
+    merge_user_kubeconfig(user_kc, server, pki.ca.cert, pki.admin.cert, pki.admin.key, set_current=set_current,
+                          helper_image=real_node.runtime if real_node else "")
     launcher.check_alive()
     return ClusterInfo(
         state_dir=str(state), server=server, kubeconfig=str(user_kc),
         admin_kubeconfig=str(argv.kubeconfig_path(state, "admin")), context=CONTEXT, ports=ports,
-        versions=asdict(bins.versions), nodes=sorted(wanted),
-        pids={n: r.pid for n, r in launcher.started.items()},
+        versions=asdict(bins.versions), nodes=sorted(wanted | set(real_nodes)),
+        pids={n: r.pid for n, r in launcher.started.items()}, real_nodes=real_nodes,
+        runtime_image=real_node.runtime if real_node else "",
     )  # fmt: skip
 
 
@@ -321,7 +393,14 @@ def down(state_dir: str | Path | None = None, timeout: float = 10.0,
     recs = procs.load_records(state / "pids")
     order = {n: i for i, n in enumerate(COMPONENTS)}
     recs.sort(key=lambda r: -order.get(r.name, len(COMPONENTS)))  # watchdog first, etcd last
-    stopped = {r.name: procs.stop(r, timeout) for r in recs if r.pid != os.getpid()}
+    stopped, pod_netns = {}, set()
+    for r in recs:
+        if r.pid == os.getpid():
+            continue
+        if r.name.startswith("containerd-"):  # the node's containers go first, through containerd
+            pod_netns |= _stop_real_node_containers(state, r.name)
+        stopped[r.name] = procs.stop(r, timeout)
+    leftover = _clean_real_node(state, pod_netns)
     cleaned = None
     if info is not None and not keep_state:
         kc = Path(info.kubeconfig)
@@ -334,4 +413,29 @@ def down(state_dir: str | Path | None = None, timeout: float = 10.0,
     if not keep_state and state.exists() and is_cluster_state(state):
         shutil.rmtree(state, ignore_errors=True)
         removed = not state.exists()
-    return DownResult(str(state), stopped, removed, cleaned)
+    return DownResult(str(state), stopped, removed, cleaned, leftover)
+
+
+def _stop_real_node_containers(state: Path, record_name: str) -> set[str]:
+    """Kill and delete the real node's containers while its containerd still runs; the pods'
+    network namespace files."""
+    from .realnode import cleanup
+    from .realnode import node as realnode
+
+    files = realnode.NodeFiles(state, int(record_name.rsplit("-", 1)[1]))
+    return cleanup.stop_containers(files.socket)
+
+
+def _clean_real_node(state: Path, pod_netns: set[str]) -> list[str]:
+    """After the processes stopped: shims, mounts, pod and node namespaces, routes; what is left."""
+    from .realnode import cleanup
+    from .realnode import node as realnode
+
+    files = realnode.NodeFiles(state, 0)
+    if not files.dir.exists():
+        return []
+    cleanup.kill_shims(files.containerd_state)
+    cleanup.remove_pod_namespaces(pod_netns)
+    cleanup.unmount_under(files.dir)
+    cleanup.remove_network(0)
+    return cleanup.leftovers(files.dir, 0)

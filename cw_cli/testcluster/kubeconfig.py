@@ -8,6 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from cw_cli.client.credentials import HELPER_IMAGES_EXTENSION
+
 from .errors import TestClusterError
 from .names import LEGACY_NAME, NAME
 
@@ -60,8 +62,12 @@ def _upsert(items: list | None, name: str, key: str, value: dict) -> list:
 
 
 def merge_user_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path,
-                          set_current: bool = True) -> None:
-    """Add/replace cluster, user and context `cw-test` (certs embedded) and make it current."""
+                          set_current: bool = True, helper_image: str = "") -> None:  # fmt: skip
+    """Add/replace cluster, user and context `cw-test` (certs embedded) and make it current.
+
+    ``helper_image``: the image cw's helper pods use there (a real node has only the images built
+    here), named in the context's helper-images extension.
+    """
     data: dict = {}
     if path.exists():
         try:
@@ -77,8 +83,10 @@ def merge_user_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Pa
         "server": server, "certificate-authority-data": _b64(ca)})
     data["users"] = _upsert(data.get("users"), CONTEXT, "user", {
         "client-certificate-data": _b64(cert), "client-key-data": _b64(key)})
-    data["contexts"] = _upsert(data.get("contexts"), CONTEXT, "context", {
-        "cluster": CONTEXT, "user": CONTEXT, "namespace": "default"})
+    context: dict = {"cluster": CONTEXT, "user": CONTEXT, "namespace": "default"}
+    if helper_image:
+        context["extensions"] = [{"name": HELPER_IMAGES_EXTENSION, "extension": {"reader": helper_image}}]
+    data["contexts"] = _upsert(data.get("contexts"), CONTEXT, "context", context)
     if set_current or not data.get("current-context"):
         data["current-context"] = CONTEXT
     write_yaml(path, data)

@@ -63,13 +63,17 @@ def _write(path: Path, data: bytes, private: bool = False) -> None:
 class _Issuer:
     """The cluster's CA, signing the other certificates into one folder."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, existing: bool = False) -> None:
         self.crypto = _imports()
         x509, hashes, serialization, ec, _, _, _ = self.crypto
         self.directory = directory
         self.now = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=5)
-        self.key = ec.generate_private_key(ec.SECP256R1())
         self.name = self.subject(f"{NAME}-ca")
+        if existing:  # sign with the CA already in ``directory``
+            self.pair = CertPair(directory / "ca.crt", directory / "ca.key")
+            self.key = serialization.load_pem_private_key(self.pair.key.read_bytes(), password=None)
+            return
+        self.key = ec.generate_private_key(ec.SECP256R1())
         cert = (
             self.builder(self.name, self.key.public_key(), days=3650, ca=True)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(self.key.public_key()), critical=False)
@@ -130,7 +134,13 @@ def _key_pem(key, serialization) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
 
-def generate_pki(directory: Path, service_ip: str = "10.96.0.1") -> Pki:
+def issue_from_ca(directory: Path, stem: str, cn: str, org: str | None = None, server: bool = False,
+                  dns: tuple[str, ...] = (), ips: tuple[str, ...] = ()) -> CertPair:  # fmt: skip
+    """A certificate signed by the CA of an existing PKI folder (a real node's, say)."""
+    return _Issuer(directory, existing=True).issue(stem, cn, org, server=server, dns=dns, ips=ips)
+
+
+def generate_pki(directory: Path, service_ip: str = "10.96.0.1", api_ips: tuple[str, ...] = ()) -> Pki:
     """Create all keys and certificates under `directory` (overwriting)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca = _Issuer(directory)
@@ -138,7 +148,7 @@ def generate_pki(directory: Path, service_ip: str = "10.96.0.1") -> Pki:
     apiserver = issue(
         "apiserver", "kube-apiserver", server=True,
         dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"),
-        ips=("127.0.0.1", service_ip),
+        ips=("127.0.0.1", service_ip, *api_ips),
     )  # fmt: skip
     kubelet_client = issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
     admin = issue("admin", f"{NAME}-admin", "system:masters")

@@ -19,8 +19,17 @@ MARKER = f".{NAME}-cluster"
 #: The marker's name before the test cluster was called cw-test: an earlier cluster's folder.
 LEGACY_MARKER = f".{LEGACY_NAME}-cluster"
 STATE_FILE = "cluster.json"
-# Start order; stop order is the reverse.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# Start order; stop order is the reverse (a real node's containerd starts first and stops last:
+# the kubelet stops before it, and its containers are removed through it).
+COMPONENTS = ("containerd-0", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+              "kubelet-0", "kube-proxy-0")  # fmt: skip
+
+
+class RealNodeImages(Struct, frozen=True):
+    """The images a real node's containerd holds: its sandbox (pause) image and the runtime image."""
+
+    pause: str
+    runtime: str
 
 
 class ClusterInfo(Struct):
@@ -39,6 +48,9 @@ class ClusterInfo(Struct):
     built: list[str] = field(default_factory=list)
     start_seconds: float = 0.0
     already_running: bool = False
+    real_nodes: list[str] = field(default_factory=list)  # nodes whose pods really run
+    runtime_image: str = ""  # the image built for them (configs/test-cluster-sft.yaml names it)
+    real_node_skipped: str = ""  # why this cluster has no real node
 
 
 class ProcessStatus(Struct):
@@ -87,6 +99,7 @@ class DownResult(Struct):
     stopped: dict[str, str]  # component -> "stopped" | "killed" | "not running"
     removed_state: bool
     kubeconfig_cleaned: str | None
+    leftovers: list[str] = field(default_factory=list)  # what of a real node could not be removed
 
 
 def load_info(state: Path) -> ClusterInfo | None:

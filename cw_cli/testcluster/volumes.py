@@ -3,11 +3,12 @@
 The test cluster has no storage provisioner, so a claim would stay Pending and so would every
 pod that mounts it. A PersistentVolume whose ``claimRef`` names the claim (and a claim whose
 ``volumeName`` names the volume) is bound by the real PV controller at once, and the real
-scheduler then places pods that mount it. Nothing is ever written there: KWOK's pods do not run.
+scheduler then places pods that mount it. KWOK's pods never write there; a real node's do.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .names import NAME
@@ -17,21 +18,43 @@ DEFAULT_CLAIM = "checkpoints"
 DEFAULT_NAMESPACE = "default"
 
 
-def volume_manifests(namespace: str, claim: str, size: str = "500Gi") -> tuple[dict[str, Any], dict[str, Any]]:
-    """A PersistentVolume and the PersistentVolumeClaim it is bound to (ReadWriteMany, no class)."""
+#: The label and taint key of a real node (kept equal to realnode.settings.REAL_NODE_LABEL).
+REAL_NODE_KEY = "cw.dev/real-node"
+
+
+def real_node_tolerations() -> dict[str, Any]:
+    """A merge patch that gives a namespace's pods a toleration of the real node's taint (the API
+    server's PodTolerationRestriction adds it), so cw's helper pods run there like its runs."""
+    toleration = [{"key": REAL_NODE_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+    return {"metadata": {"annotations": {"scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(toleration)}}}
+
+
+def volume_manifests(namespace: str, claim: str, size: str = "500Gi",
+                     real_node: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+    """A PersistentVolume and the PersistentVolumeClaim it is bound to (ReadWriteMany, no class).
+
+    With ``real_node``, the volume is a folder of the real nodes' disk (created by the kubelet),
+    and the scheduler places every pod that mounts it on a real node.
+    """
     volume_name = f"{NAME}-{namespace}-{claim}"[:253]
+    host_path: dict[str, str] = {"path": f"/var/lib/{NAME}/{namespace}/{claim}"}
+    spec: dict[str, Any] = {
+        "capacity": {"storage": size},
+        "accessModes": ["ReadWriteMany"],
+        "persistentVolumeReclaimPolicy": "Retain",
+        "storageClassName": "",
+        "hostPath": host_path,
+        "claimRef": {"namespace": namespace, "name": claim},
+    }
+    if real_node:
+        host_path["type"] = "DirectoryOrCreate"
+        term = {"matchExpressions": [{"key": REAL_NODE_KEY, "operator": "In", "values": ["true"]}]}
+        spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
     volume = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
         "metadata": {"name": volume_name, "labels": {"app.kubernetes.io/managed-by": f"{NAME}-cluster"}},
-        "spec": {
-            "capacity": {"storage": size},
-            "accessModes": ["ReadWriteMany"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "hostPath": {"path": f"/var/lib/{NAME}/{namespace}/{claim}"},
-            "claimRef": {"namespace": namespace, "name": claim},
-        },
+        "spec": spec,
     }
     claim_manifest = {
         "apiVersion": "v1",

@@ -5,6 +5,8 @@ otherwise starts cw's test cluster (cw_cli.testcluster) in a temp state dir with
 kubeconfig file (never ~/.kube/config), and stops it (by PID) at the end; a watchdog stops it
 too if pytest is killed. A cluster that cannot start fails the tests. Env: CW_TEST_GPU_NODES
 (default 2 fake 8-GPU nodes, plus 1 CPU node), CW_TEST_CLUSTER_TIMEOUT (start timeout, 180 s).
+`real_cluster` (session): a third test cluster with the real node (kubelet, containerd, runc; pods
+really run), one KWOK GPU node beside it; started for the modules that ask for it, after the others.
 `as_documented_roles` (function): an environment for cw acting as a user bound to exactly the
 Roles shipped in docs/rbac-*.yaml (applied from those files, so a wrong doc fails its tests).
 `kueue_cluster` (session): a second test cluster with the real JobSet and Kueue controllers
@@ -39,8 +41,9 @@ def pytest_collection_modifyitems(config, items):
             continue
         if _HERE == path.parent or _HERE in path.parents:
             item.add_marker(pytest.mark.cluster)
-    # The Kueue cluster lives until the session ends: start it only after the other tests ran.
-    items.sort(key=lambda item: "kueue_cluster" in getattr(item, "fixturenames", ()))
+    # The Kueue and real-node clusters live until the session ends: start them after the other tests.
+    items.sort(key=lambda item: ("real_cluster" in getattr(item, "fixturenames", ()),
+                                 "kueue_cluster" in getattr(item, "fixturenames", ())))  # fmt: skip
 
 
 @dataclass
@@ -76,7 +79,7 @@ def kube_cluster(tmp_path_factory) -> KubeCluster:
         gpu_nodes = int(os.environ.get("CW_TEST_GPU_NODES", "2"))
         info = lc.up(state_dir=state, kubeconfig=kubeconfig, gpu_nodes=gpu_nodes, cpu_nodes=1,
                      timeout=float(os.environ.get("CW_TEST_CLUSTER_TIMEOUT", "180")),
-                     owner_pid=os.getpid())
+                     owner_pid=os.getpid(), real_node=False)
     except lc.TestClusterError as e:
         pytest.fail(f"test Kubernetes cluster did not start: {e}", pytrace=False)
     print(f"\ntest cluster up in {time.monotonic() - t0:.1f}s at {info.server} "
@@ -102,12 +105,52 @@ def kueue_cluster(tmp_path_factory) -> Path:
     try:
         lc.up(state_dir=state, kubeconfig=kubeconfig, gpu_nodes=2, cpu_nodes=1, kueue=True,
               timeout=float(os.environ.get("CW_TEST_CLUSTER_TIMEOUT", "180")),
-              set_current_context=False, owner_pid=os.getpid())
+              set_current_context=False, owner_pid=os.getpid(), real_node=False)
     except lc.TestClusterError as e:
         pytest.fail(f"test cluster with JobSet and Kueue did not start: {e}", pytrace=False)
     print(f"\ntest cluster with JobSet and Kueue up in {time.monotonic() - started:.1f}s")
     try:
         yield kubeconfig
+    finally:
+        lc.down(state_dir=state)
+
+
+@dataclass
+class RealCluster:
+    kubeconfig: Path
+    state_dir: Path
+    info: object  # cw_cli.testcluster.ClusterInfo
+
+    def env(self) -> dict[str, str]:
+        """The environment of a `cw` subprocess against this cluster."""
+        env = {k: v for k, v in os.environ.items() if k != "CW_TEST_KUBECONFIG"}
+        return {**env, "KUBECONFIG": str(self.kubeconfig)}
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory) -> RealCluster:
+    """A test cluster with the real node (see docs/test-cluster.md). Where the machine cannot run it
+    the tests skip saying why, except in CI (.ci/run installs what it needs), where they fail."""
+    from cw_cli import testcluster as lc
+    from cw_cli.testcluster.realnode import node as realnode
+
+    reason = realnode.unavailable_reason()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the real node: {reason}", pytrace=False)
+        pytest.skip(f"no real node on this machine: {reason}")
+    base = tmp_path_factory.mktemp("real-cluster")
+    state, kubeconfig = base / "state", base / "kubeconfig"
+    started = time.monotonic()
+    try:
+        info = lc.up(state_dir=state, kubeconfig=kubeconfig, gpu_nodes=1, cpu_nodes=0, real_node=True,
+                     timeout=float(os.environ.get("CW_TEST_CLUSTER_TIMEOUT", "180")), owner_pid=os.getpid(),
+                     on_progress=lambda m: print(f"real cluster: {m}", flush=True))  # fmt: skip
+    except lc.TestClusterError as e:
+        pytest.fail(f"test cluster with the real node did not start: {e}", pytrace=False)
+    print(f"\ntest cluster with the real node up in {time.monotonic() - started:.1f}s")
+    try:
+        yield RealCluster(kubeconfig, state, info)
     finally:
         lc.down(state_dir=state)
 

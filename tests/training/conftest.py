@@ -8,7 +8,6 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from training_helpers import (
@@ -21,61 +20,9 @@ from training_helpers import (
 for _k, _v in OFFLINE_ENV.items():
     os.environ.setdefault(_k, _v)
 
-WORDS = (
-    "the a an is are was be to of and in on for with that this it you i we they he she "
-    "what how why when where who which answer question tell me about explain write short "
-    "story poem cat dog sun moon sky sea tree bird fish red blue green good bad happy sad "
-    "yes no one two three four five six seven eight nine ten plus minus equals number "
-    "hello hi thanks please sure okay fine great small big fast slow hot cold up down "
-    "summarize text model train data learn reward policy ? . , !"
-).split()
-SPECIALS = ["<pad>", "<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|> ' + message['content'] + ' <|end|> ' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|> ' }}{% endif %}"
-)
-
-
-def _build_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + sorted(set(WORDS)))}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    core.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        bos_token="<s>",
-        eos_token="<|end|>",
-        unk_token="<unk>",
-        pad_token="<pad>",
-        additional_special_tokens=["<|system|>", "<|user|>", "<|assistant|>", "</s>"],
-    )
-    tok.chat_template = CHAT_TEMPLATE
-    tok.model_max_length = 256
-    return tok
-
-
-def _llama_config(tok, **extra: Any):
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        tie_word_embeddings=False,
-        **extra,
-    )
+# One tiny model for the tests and the test cluster's runtime image (cw_cli/testcluster/realnode).
+from cw_cli.testcluster.realnode.tiny_model import build_tokenizer as _build_tokenizer  # noqa: E402
+from cw_cli.testcluster.realnode.tiny_model import llama_config as _llama_config  # noqa: E402
 
 
 @pytest.fixture(scope="session")

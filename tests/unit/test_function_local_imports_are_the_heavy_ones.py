@@ -30,6 +30,7 @@ HEAVY = {
     "kubernetes": 156, "jinja2": 33, "pydantic": 28, "click": 20, "msgspec": 20, "yaml": 13, "rich": 8,
     "torch": 1000, "transformers": 1000, "peft": 500, "datasets": 500, "huggingface_hub": 100, "pyarrow": 100,
     "matplotlib": 300, "safetensors": 10, "accelerate": 300, "trl": 1000, "numpy": 60, "cryptography": 20,
+    "tokenizers": 138,  # the test cluster's tiny model, built with the image's own packages
     "apprise": 330,  # `notify:` URLs checked at launch only (config/notify.py)
     "urllib3": 120, "tomli": 5, "tomli_w": 2, "websocket": 30,  # websocket-client: exec and port-forward streams only  # tomli(_w): only for verifiers' TOML, rarely used
     # standard library, 5 ms or more (or pulling a C extension in)

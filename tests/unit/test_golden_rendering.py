@@ -164,7 +164,7 @@ def test_golden_configmap_has_no_cluster_fields_and_keeps_float_learning_rate(st
         if key not in CLUSTER_FIELDS and key != "script":
             if isinstance(value, dict):
                 assert mounted[key].items() >= value.items()
-            elif key != "reward_funcs":
+            elif key != "reward_funcs" and not str(mounted[key]).startswith("/etc/cw/files/"):  # shipped: rewritten
                 assert mounted[key] == value, key
     if "learning_rate" in mounted:
         assert isinstance(mounted["learning_rate"], float)

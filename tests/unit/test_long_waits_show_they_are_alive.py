@@ -61,7 +61,8 @@ def test_cw_cluster_up_on_a_pipe_shows_each_stage_and_that_a_cold_build_is_alive
         time.sleep(1.0)  # the build: minutes in life; ten intervals here
         on_progress("starting etcd")
         return SimpleNamespace(already_running=False, server="https://127.0.0.1:1", built=["k8s"], build_seconds=1.0,
-                               start_seconds=1.0, nodes=["cw-gpu-0"], kubeconfig="k", context="cw-test", state_dir="s")  # fmt: skip
+                               start_seconds=1.0, nodes=["cw-gpu-0"], kubeconfig="k", context="cw-test", state_dir="s",
+                               real_nodes=[], runtime_image="", real_node_skipped="not root")  # fmt: skip
 
     monkeypatch.setattr(testcluster, "up", up)
     result = CliRunner().invoke(cluster_group, ["up"])

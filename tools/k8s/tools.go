@@ -1,10 +1,12 @@
 //go:build tools
 
-// Package tools pins the Kubernetes control-plane commands built by this module.
+// Package tools pins the Kubernetes control-plane and node commands built by this module.
 package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )

@@ -1,0 +1,158 @@
+"""The test cluster's real node (kubelet, containerd, runc): the README's example trains in a real
+pod, what it wrote is read back through a reader pod and `cw download`, pods reach the API server
+through the `kubernetes` Service and nothing outside the machine, and `cw cluster down` leaves no
+process, mount, network namespace or route behind.
+
+One run is trained for the whole module (about a minute of CPU); every test reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = "readme-sft"
+#: A chain on the host that counts packets for the pods' and Services' ranges leaving through any
+#: interface but the real node's links (cwr*): it must count none.
+LEAK_CHAIN = "CW-TEST-LEAKS"
+
+
+def _cw(real_cluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cw_cli", *args], env=real_cluster.env(), cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def _iptables(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["iptables", "-w", *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def leak_counter():
+    """Counts, on the host, packets to the fake pods', the real pods' and the Services' ranges that
+    leave through an interface other than the real node's links."""
+    from cw_cli.testcluster import argv
+    from cw_cli.testcluster.realnode import network
+
+    _iptables("-N", LEAK_CHAIN)
+    for chain in ("OUTPUT", "FORWARD"):
+        _iptables("-I", chain, "1", "-j", LEAK_CHAIN)
+    ranges = (argv.POD_CIDR, str(network.REAL_POD_NET), argv.SERVICE_CIDR)
+    for net in ranges:
+        _iptables("-A", LEAK_CHAIN, "-d", net, "!", "-o", "cwr+", "-j", "RETURN")
+
+    def count() -> dict[str, int]:
+        listed = _iptables("-L", LEAK_CHAIN, "-v", "-x", "-n").stdout.splitlines()[2:]  # after two header lines
+        return {line.split()[-1]: int(line.split()[0]) for line in listed}  # destination: packets
+
+    yield count
+    for chain in ("OUTPUT", "FORWARD"):
+        _iptables("-D", chain, "-j", LEAK_CHAIN)
+    _iptables("-F", LEAK_CHAIN)
+    _iptables("-X", LEAK_CHAIN)
+
+
+@pytest.fixture(scope="module")
+def trained(real_cluster, leak_counter) -> subprocess.CompletedProcess[str]:
+    """The README's first command, as a newcomer types it (but with a fixed run name)."""
+    return _cw(real_cluster, "trl", "sft", "configs/test-cluster-sft.yaml", "--gpu", "4", "--wait", "--name", RUN,
+               timeout=900)  # fmt: skip
+
+
+def test_the_readme_example_trains_in_a_real_pod(real_cluster, trained):
+    said = trained.stdout + trained.stderr
+    assert trained.returncode == 0, said
+    assert f"run {RUN} succeeded" in said and "simulated" not in said, said
+    logs = _cw(real_cluster, "logs", RUN)
+    assert logs.returncode == 0, logs.stderr
+    losses = [float(x) for x in re.findall(r"'loss': '([0-9.]+)'", logs.stdout)]
+    assert len(losses) >= 4, logs.stdout[-3000:]  # logging_steps 5 of 40 steps
+    assert "Training completed" in logs.stdout, logs.stdout[-3000:]
+    status = _cw(real_cluster, "status", RUN)
+    assert "cw-real-0" in status.stdout, status.stdout
+
+
+def test_a_reader_pod_lists_and_downloads_what_the_trainer_wrote(real_cluster, trained, tmp_path):
+    assert trained.returncode == 0
+    listed = _cw(real_cluster, "artifacts", RUN, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    paths = json.dumps(json.loads(listed.stdout))
+    assert "checkpoint-20" in paths and "checkpoint-40" in paths, paths
+    dest = tmp_path / "model"
+    fetched = _cw(real_cluster, "download", RUN, str(dest))
+    assert fetched.returncode == 0, fetched.stderr
+    assert (dest / "model.safetensors").stat().st_size > 100_000
+    assert json.loads((dest / "config.json").read_text())["num_hidden_layers"] == 2
+
+
+_PROBE = """
+import json, os, socket, ssl, time, urllib.request
+host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+context = ssl.create_default_context(cafile=sa + "/ca.crt")
+request = urllib.request.Request(f"https://{host}:{port}/version", headers={"Authorization": "Bearer " + open(sa + "/token").read()})
+print("api", host, json.load(urllib.request.urlopen(request, context=context, timeout=10))["gitVersion"], flush=True)
+start = time.monotonic()
+try:
+    socket.getaddrinfo("huggingface.co", 443)
+    print("lookup answered", flush=True)
+except OSError:
+    print("lookup failed after", round(time.monotonic() - start, 2), flush=True)
+try:
+    socket.create_connection(("10.244.0.9", 80), timeout=3)
+    print("fake pod answered", flush=True)
+except OSError as e:
+    print("fake pod unreachable", type(e).__name__, flush=True)
+"""
+
+
+def test_pods_reach_the_api_server_by_its_service_and_nothing_leaves_the_machine(real_cluster, trained, leak_counter):
+    from cw_cli.testcluster import api
+    from cw_cli.testcluster.pki import load_pki
+
+    kube = api.admin_client(real_cluster.info.server, load_pki(real_cluster.state_dir / "pki"))
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "network-probe", "namespace": "default"},
+        "spec": {"restartPolicy": "Never", "nodeSelector": {"cw.dev/real-node": "true"},
+                 "containers": [{"name": "probe", "image": real_cluster.info.runtime_image,
+                                 "command": ["python3", "-c", _PROBE]}]},
+    }  # fmt: skip
+    kube.request("POST", "/api/v1/namespaces/default/pods", body=pod, what="create the probe")
+    deadline = time.monotonic() + 120
+    phase = ""
+    while time.monotonic() < deadline and phase not in ("Succeeded", "Failed"):
+        phase = kube.request("GET", "/api/v1/namespaces/default/pods/network-probe", what="read").get("status", {}).get("phase", "")
+        time.sleep(1)
+    log = kube.raw("GET", "/api/v1/namespaces/default/pods/network-probe/log", accept="text/plain", what="log").read().decode()
+    assert phase == "Succeeded", log
+    assert re.search(r"^api 10\.96\.0\.1 v1\.\d+\.\d+$", log, re.M), log  # in-cluster config, through kube-proxy
+    failed_after = re.search(r"^lookup failed after ([0-9.]+)$", log, re.M)
+    assert failed_after and float(failed_after.group(1)) < 2.0, log  # no name server: fails at once
+    assert "fake pod unreachable" in log, log
+    counts = leak_counter()
+    assert counts and all(n == 0 for n in counts.values()), counts
+
+
+def test_cluster_down_leaves_no_process_mount_namespace_or_route(real_cluster, trained):
+    from cw_cli import testcluster as lc
+    from cw_cli.testcluster import procs
+    from cw_cli.testcluster.realnode import cleanup, network
+
+    state = real_cluster.state_dir
+    records = procs.load_records(state / "pids")
+    shims = [int(p.read_text()) for p in state.glob("real-node-0/containerd/io.containerd.runtime.v2.task/*/*/shim.pid")]
+    assert shims, "the run's pods had no runtime shim"
+    result = lc.down(state_dir=state)
+    assert result.leftovers == []
+    assert not [r.name for r in records if procs.is_alive(r)]
+    assert not [pid for pid in shims if Path(f"/proc/{pid}").exists() and b"shim" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert not network.namespace_exists(network.NodeNet(0))
+    assert cleanup.mounts_under(state) == []
+    routes = subprocess.run(["ip", "route", "show"], capture_output=True, text=True).stdout
+    assert "blackhole" not in routes and network.NodeNet(0).host_if not in routes, routes
