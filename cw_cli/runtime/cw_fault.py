@@ -297,6 +297,7 @@ def callback_class() -> Any:
             self.cw.barrier()  # every rank has written its part of the checkpoint
             checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if state.is_world_process_zero and checkpoint.is_dir():
+                share_with_readers(checkpoint)
                 marker = checkpoint / COMPLETE_MARKER
                 with open(marker, "w", encoding="utf-8") as fh:
                     fh.write(json.dumps({"step": state.global_step, "time": _utc(time.time())}) + "\n")
@@ -583,6 +584,27 @@ def _kill_all(child_pid: int, ranks: list[dict[str, Any]]) -> None:
             pass
 
 
+def share_with_readers(folder: str | os.PathLike) -> None:
+    """Make what the trainer wrote under ``folder`` readable by the volume's other users: files
+    group- and world-readable, folders searchable (symbolic links left alone).
+
+    Some files are written through ``mkstemp`` (transformers' safetensors shards among them), whose
+    mode is 0600 whatever the umask; cw's reader pod runs as another, non-root user (on a volume
+    with ``fsGroup`` too, 0600 gives the group nothing), and could not read the model. Found on the
+    test cluster's real node.
+    """
+    for root, dirs, files in os.walk(folder):
+        for names, bits in ((dirs, 0o055), (files, 0o044)):
+            for name in names:
+                path = os.path.join(root, name)
+                try:
+                    mode = os.lstat(path).st_mode
+                    if not (mode & 0o170000 == 0o120000 or mode & bits == bits):  # not a link, bits missing
+                        os.chmod(path, (mode & 0o7777) | bits)
+                except OSError:
+                    continue  # removed meanwhile, or not ours: the reader says what it cannot read
+
+
 def supervise(command: list[str], run_dir: str | os.PathLike | None = None, poll_s: float = 0.5) -> int:
     """Run ``command`` with cw's fault tolerance and return the pod's exit code.
 
@@ -662,6 +684,7 @@ def supervise(command: list[str], run_dir: str | os.PathLike | None = None, poll
             child.wait()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    share_with_readers(run)  # the final model too, whatever the outcome
     stopped = ft_dir / STOPPED_FILE
     # The ranks stopped early (asked here, or a rank got SIGTERM itself): not a finished run.
     if not stalled and code == 0 and stopped.exists():

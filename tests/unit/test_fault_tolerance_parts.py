@@ -305,3 +305,24 @@ def test_the_entrypoint_clears_the_way_before_a_self_resuming_framework_starts(t
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['checkpoint-2']"
     assert "incomplete checkpoint-4 moved to .cw/incomplete/" in done.stderr
+
+
+def test_what_the_trainer_wrote_is_shared_with_the_volumes_other_users(tmp_path):
+    """A 0600 file (transformers writes its shards through mkstemp) becomes readable by the reader
+    pod's user; folders searchable; a symbolic link and its target's mode are left alone."""
+    import os
+    import stat
+
+    shard = tmp_path / "checkpoint-20" / "model.safetensors"
+    shard.parent.mkdir()
+    shard.write_bytes(b"x")
+    shard.chmod(0o600)
+    shard.parent.chmod(0o700)
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.write_text("secret")
+    outside.chmod(0o600)
+    (tmp_path / "link").symlink_to(outside)
+    cw_fault.share_with_readers(tmp_path)
+    assert stat.S_IMODE(shard.stat().st_mode) == 0o644
+    assert stat.S_IMODE(shard.parent.stat().st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(outside).st_mode) == 0o600

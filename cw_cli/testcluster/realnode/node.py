@@ -171,9 +171,12 @@ def ensure_images(files: NodeFiles, pause_binary: Path, pause_ref: str, say: Cal
 
 
 def _remove_older_runtimes(files: NodeFiles, keep: str) -> None:
-    """Remove the runtime images of earlier pins (each is several GB; containerd frees their content)."""
-    listed = subprocess.run([*files.ctr(), "images", "ls", "-q"], capture_output=True, text=True)
-    older = [ref for ref in listed.stdout.split() if ref.startswith(image.RUNTIME_REPO + ":") and ref != keep]
+    """Remove the runtime images of earlier pins (each is several GB), and the ``sha256:<id>``
+    names the CRI gives them, so containerd frees their content."""
+    listed = subprocess.run([*files.ctr(), "images", "ls"], capture_output=True, text=True).stdout.splitlines()[1:]
+    rows = [line.split() for line in listed if len(line.split()) >= 3]
+    kept = {row[2] for row in rows if not row[0].startswith(("sha256:", image.RUNTIME_REPO + ":")) or row[0] == keep}
+    older = [row[0] for row in rows if row[2] not in kept]
     if older:
         subprocess.run([*files.ctr(), "images", "rm", *older], capture_output=True)
 
