@@ -593,7 +593,7 @@ def share_with_readers(folder: str | os.PathLike) -> None:
     with ``fsGroup`` too, 0600 gives the group nothing), and could not read the model. Found on the
     test cluster's real node.
     """
-    for root, dirs, files in os.walk(folder):
+    for root, dirs, files in os.walk(os.fspath(folder)):
         for names, bits in ((dirs, 0o055), (files, 0o044)):
             for name in names:
                 path = os.path.join(root, name)
