@@ -71,12 +71,12 @@ def _nodes_ready(kube: Kube, wanted: set[str]) -> bool:
     return wanted <= ready
 
 
-def _create_checkpoint_volume(kube: Kube, real_node: bool) -> None:
+def _create_checkpoint_volume(kube: Kube, real_node_dir: Path | None) -> None:
     """The quick start's checkpoint volume (claim `checkpoints` in default), bound at once; with a
     real node, on that node's disk (so pods that mount it run there), and namespace default's pods
     tolerate the real node."""
-    volume, claim = volume_manifests(DEFAULT_NAMESPACE, DEFAULT_CLAIM, real_node=real_node)
-    if real_node:
+    volume, claim = volume_manifests(DEFAULT_NAMESPACE, DEFAULT_CLAIM, real_node_dir=real_node_dir)
+    if real_node_dir:
         kube.raw("PATCH", f"/api/v1/namespaces/{DEFAULT_NAMESPACE}", body=real_node_tolerations(),
                  content_type="application/merge-patch+json", what="let namespace default's pods run on the real node")  # fmt: skip
     api.create(kube, "/api/v1/persistentvolumes", volume)
@@ -346,7 +346,7 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
         launcher.wait("ServiceAccount default/default", lambda: api.exists(kube, "/api/v1/namespaces/default/serviceaccounts/default"))
         if real_node:
             real_nodes.append(_start_real_node(launcher, kube, state, bins, server, say))
-        _create_checkpoint_volume(kube, real_node is not None)
+        _create_checkpoint_volume(kube, state / "volumes" if real_node else None)
         _create_eval_priority_class(kube)
         if with_kueue:
             _start_queueing(launcher, kube, pki, say)
@@ -434,7 +434,7 @@ def _clean_real_node(state: Path, pod_netns: set[str]) -> list[str]:
     files = realnode.NodeFiles(state, 0)
     if not files.dir.exists():
         return []
-    cleanup.kill_shims(files.containerd_state)
+    cleanup.kill_shims(files.socket)
     cleanup.remove_pod_namespaces(pod_netns)
     cleanup.unmount_under(files.dir)
     cleanup.remove_network(0)

@@ -9,6 +9,7 @@ scheduler then places pods that mount it. KWOK's pods never write there; a real 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from .names import NAME
@@ -30,14 +31,16 @@ def real_node_tolerations() -> dict[str, Any]:
 
 
 def volume_manifests(namespace: str, claim: str, size: str = "500Gi",
-                     real_node: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+                     real_node_dir: Path | None = None) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
     """A PersistentVolume and the PersistentVolumeClaim it is bound to (ReadWriteMany, no class).
 
-    With ``real_node``, the volume is a folder of the real nodes' disk (created by the kubelet),
-    and the scheduler places every pod that mounts it on a real node.
+    With ``real_node_dir`` (a folder of the cluster's state), the volume is a folder of the real
+    nodes' disk there (created by the kubelet, removed with the cluster, so a new cluster never
+    resumes an old one's runs), and the scheduler places every pod that mounts it on a real node.
     """
     volume_name = f"{NAME}-{namespace}-{claim}"[:253]
-    host_path: dict[str, str] = {"path": f"/var/lib/{NAME}/{namespace}/{claim}"}
+    folder = f"{real_node_dir}/{namespace}/{claim}" if real_node_dir else f"/var/lib/{NAME}/{namespace}/{claim}"
+    host_path: dict[str, str] = {"path": folder}
     spec: dict[str, Any] = {
         "capacity": {"storage": size},
         "accessModes": ["ReadWriteMany"],
@@ -46,7 +49,7 @@ def volume_manifests(namespace: str, claim: str, size: str = "500Gi",
         "hostPath": host_path,
         "claimRef": {"namespace": namespace, "name": claim},
     }
-    if real_node:
+    if real_node_dir:
         host_path["type"] = "DirectoryOrCreate"
         term = {"matchExpressions": [{"key": REAL_NODE_KEY, "operator": "In", "values": ["true"]}]}
         spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}

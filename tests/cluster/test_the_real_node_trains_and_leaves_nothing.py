@@ -70,6 +70,11 @@ def test_the_readme_example_trains_in_a_real_pod(real_cluster, trained):
     assert trained.returncode == 0, said
     assert f"run {RUN} succeeded" in said and "simulated" not in said, said
     logs = _cw(real_cluster, "logs", RUN)
+    for _ in range(30):  # a log read the moment the pod ended may lack its last lines: wait for them
+        if logs.returncode != 0 or "Training completed" in logs.stdout:
+            break
+        time.sleep(1)
+        logs = _cw(real_cluster, "logs", RUN)
     assert logs.returncode == 0, logs.stderr
     losses = [float(x) for x in re.findall(r"'loss': '([0-9.]+)'", logs.stdout)]
     assert len(losses) >= 4, logs.stdout[-3000:]  # logging_steps 5 of 40 steps
@@ -112,24 +117,32 @@ except OSError as e:
 """
 
 
-def test_pods_reach_the_api_server_by_its_service_and_nothing_leaves_the_machine(real_cluster, trained, leak_counter):
+def _run_pod(real_cluster, name: str, command: list[str], until: tuple[str, ...] = ("Succeeded", "Failed")) -> tuple[str, str]:
+    """Run a pod of the runtime image on the real node (namespace default tolerates it) until one
+    of the phases ``until``; (its phase, its log)."""
     from cw_cli.testcluster import api
     from cw_cli.testcluster.pki import load_pki
 
     kube = api.admin_client(real_cluster.info.server, load_pki(real_cluster.state_dir / "pki"))
     pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "network-probe", "namespace": "default"},
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
         "spec": {"restartPolicy": "Never", "nodeSelector": {"cw.dev/real-node": "true"},
-                 "containers": [{"name": "probe", "image": real_cluster.info.runtime_image,
-                                 "command": ["python3", "-c", _PROBE]}]},
+                 "containers": [{"name": "main", "image": real_cluster.info.runtime_image, "command": command}]},
     }  # fmt: skip
-    kube.request("POST", "/api/v1/namespaces/default/pods", body=pod, what="create the probe")
-    deadline = time.monotonic() + 120
-    phase = ""
-    while time.monotonic() < deadline and phase not in ("Succeeded", "Failed"):
-        phase = kube.request("GET", "/api/v1/namespaces/default/pods/network-probe", what="read").get("status", {}).get("phase", "")
-        time.sleep(1)
-    log = kube.raw("GET", "/api/v1/namespaces/default/pods/network-probe/log", accept="text/plain", what="log").read().decode()
+    try:
+        kube.request("POST", "/api/v1/namespaces/default/pods", body=pod, what=f"create pod {name}")
+        deadline, phase = time.monotonic() + 120, ""
+        while time.monotonic() < deadline and phase not in until:
+            phase = kube.request("GET", f"/api/v1/namespaces/default/pods/{name}", what="read").get("status", {}).get("phase", "")
+            time.sleep(0.5)
+        log = kube.raw("GET", f"/api/v1/namespaces/default/pods/{name}/log", what=f"read {name}'s log").read().decode()
+        return phase, log
+    finally:
+        kube.close()
+
+
+def test_pods_reach_the_api_server_by_its_service_and_nothing_leaves_the_machine(real_cluster, trained, leak_counter):
+    phase, log = _run_pod(real_cluster, "network-probe", ["python3", "-c", _PROBE])
     assert phase == "Succeeded", log
     assert re.search(r"^api 10\.96\.0\.1 v1\.\d+\.\d+$", log, re.M), log  # in-cluster config, through kube-proxy
     failed_after = re.search(r"^lookup failed after ([0-9.]+)$", log, re.M)
@@ -145,13 +158,14 @@ def test_cluster_down_leaves_no_process_mount_namespace_or_route(real_cluster, t
     from cw_cli.testcluster.realnode import cleanup, network
 
     state = real_cluster.state_dir
+    _run_pod(real_cluster, "sleeper", ["sleep", "3600"], until=("Running",))  # a container to stop
     records = procs.load_records(state / "pids")
-    shims = [int(p.read_text()) for p in state.glob("real-node-0/containerd/io.containerd.runtime.v2.task/*/*/shim.pid")]
-    assert shims, "the run's pods had no runtime shim"
+    shims = cleanup.shim_pids(state / "real-node-0" / "containerd.sock")
+    assert shims, "the running pod has no runtime shim"
     result = lc.down(state_dir=state)
     assert result.leftovers == []
     assert not [r.name for r in records if procs.is_alive(r)]
-    assert not [pid for pid in shims if Path(f"/proc/{pid}").exists() and b"shim" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert not [pid for pid in shims if pid in cleanup.shim_pids(state / "real-node-0" / "containerd.sock")]
     assert not network.namespace_exists(network.NodeNet(0))
     assert cleanup.mounts_under(state) == []
     routes = subprocess.run(["ip", "route", "show"], capture_output=True, text=True).stdout

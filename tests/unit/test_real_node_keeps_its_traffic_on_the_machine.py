@@ -100,11 +100,11 @@ def test_containerd_may_only_raise_oom_score_adj_and_uses_the_imported_pause_ima
     assert f'conf_dir = "{tmp_path / "cni"}"' in text
 
 
-def test_the_default_checkpoint_volume_puts_its_pods_on_the_real_node():
-    volume, claim = volume_manifests("default", "checkpoints", real_node=True)
+def test_the_default_checkpoint_volume_puts_its_pods_on_the_real_node(tmp_path):
+    volume, claim = volume_manifests("default", "checkpoints", real_node_dir=tmp_path / "volumes")
     term = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]
     assert term == {"key": REAL_NODE_KEY, "operator": "In", "values": ["true"]}
-    assert volume["spec"]["hostPath"]["type"] == "DirectoryOrCreate"
+    assert volume["spec"]["hostPath"] == {"path": f"{tmp_path}/volumes/default/checkpoints", "type": "DirectoryOrCreate"}
     fake_only, _ = volume_manifests("default", "checkpoints")
     assert "nodeAffinity" not in fake_only["spec"]
     annotation = real_node_tolerations()["metadata"]["annotations"]["scheduler.alpha.kubernetes.io/defaultTolerations"]

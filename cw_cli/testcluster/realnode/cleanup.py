@@ -1,6 +1,7 @@
 """Take a real node down to nothing, also after cw itself was killed: its containers stopped
-through containerd, the runtime shims ended by their own PIDs, every mount under the node's folder
-unmounted, the pods' and the node's network namespaces and the host's routes removed.
+through containerd, the runtime shims ended by their own PIDs (found by this node's socket in their
+command line), every mount under the node's folder unmounted, the pods' and the node's network
+namespaces and the host's routes removed.
 
 Each step goes on when the previous one failed (a half-started node is cleaned as well as a whole
 one); :func:`leftovers` says what is still there, for ``cw cluster down`` and its tests.
@@ -59,28 +60,32 @@ def stop_containers(socket: Path) -> set[str]:
     return netns
 
 
-def _is_shim(pid: int) -> bool:
-    try:
-        return b"containerd-shim" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-def kill_shims(containerd_state: Path) -> list[int]:
-    """SIGKILL the runtime shims whose ``shim.pid`` lies in this node's containerd state folder
-    (each checked to be a shim, so a recycled PID is never signalled); the PIDs killed."""
-    killed = []
-    for pid_file in containerd_state.glob("io.containerd.runtime.v2.task/*/*/shim.pid"):
-        try:
-            pid = int(pid_file.read_text().strip())
-        except (OSError, ValueError):
+def shim_pids(socket: Path) -> list[int]:
+    """The PIDs of the runtime shims that serve this node's containerd: each names its socket in
+    its command line (``containerd-shim-runc-v2 ... -address SOCKET``), which no other shim does."""
+    wanted = str(socket).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
             continue
-        if pid > 1 and _is_shim(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except ProcessLookupError:
-                pass
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and b"containerd-shim" in argv[0] and b"-address" in argv and wanted in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def kill_shims(socket: Path) -> list[int]:
+    """SIGKILL this node's runtime shims (:func:`shim_pids`), by PID; the PIDs killed."""
+    killed = []
+    for pid in shim_pids(socket):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except ProcessLookupError:
+            pass
     return killed
 
 
