@@ -31,6 +31,7 @@ from .pki import Pki, generate_pki, load_pki
 from .realnode import node as realnode_node
 from .records import (
     COMPONENTS,
+    CONTROL_PLANE,
     MARKER,
     STATE_FILE,
     ClusterInfo,
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from cw_cli.client.connection import Kube
 
 __all__ = [
-    "COMPONENTS", "MARKER", "STATE_FILE", "ClusterInfo", "ClusterStatus", "DownResult", "NodeStatus", "ProcessStatus",
+    "COMPONENTS", "CONTROL_PLANE", "MARKER", "STATE_FILE", "ClusterInfo", "ClusterStatus", "DownResult", "NodeStatus", "ProcessStatus",
     "client_certs", "down", "status", "up",
 ]  # fmt: skip
 QUEUEING = ("jobset", "kueue")  # optional components `up(kueue=True)` builds and starts, in this order

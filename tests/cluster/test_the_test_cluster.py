@@ -255,7 +255,7 @@ def test_local_status_reports_running(kube_cluster):
 
     st = lc.status(kube_cluster.state_dir)
     assert st.running, st
-    assert [p.name for p in st.processes][:5] == list(lc.cluster.COMPONENTS)
+    assert [p.name for p in st.processes][:5] == list(lc.cluster.CONTROL_PLANE)  # no real node here
     assert "watchdog" in [p.name for p in st.processes]
     assert sum(1 for n in st.nodes if n.gpus == "8" and n.ready) >= 2
 
