@@ -8,6 +8,8 @@ from typing import ClassVar
 
 from msgspec import Struct
 
+from cw_cli.labels import READER
+
 #: The exec plugin API versions kubectl still speaks.
 EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
 
@@ -69,7 +71,7 @@ class ExecPlugin(Struct, frozen=True):
 #: kubectl) that names the images of cw's helper pods on that cluster.
 HELPER_IMAGES_EXTENSION = "cw-cli.dev/helper-images"
 #: The helper pods' roles an extension may name an image for.
-HELPER_IMAGE_ROLES = ("reader",)
+HELPER_IMAGE_ROLES = (READER,)
 
 
 class Credentials(Struct, frozen=True):

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from cw_cli.client.credentials import HELPER_IMAGES_EXTENSION
+from cw_cli.labels import READER
 
 from .errors import TestClusterError
 from .names import LEGACY_NAME, NAME
@@ -85,7 +86,7 @@ def merge_user_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Pa
         "client-certificate-data": _b64(cert), "client-key-data": _b64(key)})
     context: dict = {"cluster": CONTEXT, "user": CONTEXT, "namespace": "default"}
     if helper_image:
-        context["extensions"] = [{"name": HELPER_IMAGES_EXTENSION, "extension": {"reader": helper_image}}]
+        context["extensions"] = [{"name": HELPER_IMAGES_EXTENSION, "extension": {READER: helper_image}}]
     data["contexts"] = _upsert(data.get("contexts"), CONTEXT, "context", context)
     if set_current or not data.get("current-context"):
         data["current-context"] = CONTEXT
