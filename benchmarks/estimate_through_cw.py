@@ -163,13 +163,8 @@ def _vocabulary() -> list[str]:
     return letters + [a + b for a in letters for b in letters]
 
 
-SPECIALS = ["<pad>", "<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|> ' + message['content'] + ' <|end|> ' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|> ' }}{% endif %}"
-)
+# The tests' and the runtime image's special tokens and chat template; only the vocabulary differs.
+from cw_cli.testcluster.realnode.tiny_model import CHAT_TEMPLATE, SPECIALS  # noqa: E402
 
 
 def build_tokenizer() -> Any:

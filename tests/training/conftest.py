@@ -21,6 +21,7 @@ for _k, _v in OFFLINE_ENV.items():
     os.environ.setdefault(_k, _v)
 
 # One tiny model for the tests and the test cluster's runtime image (cw_cli/testcluster/realnode).
+from cw_cli.testcluster.realnode.tiny_model import build_policy  # noqa: E402
 from cw_cli.testcluster.realnode.tiny_model import build_tokenizer as _build_tokenizer  # noqa: E402
 from cw_cli.testcluster.realnode.tiny_model import llama_config as _llama_config  # noqa: E402
 
@@ -34,19 +35,10 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_dir: Path) -> Path:
-    """A 2-layer random Llama (hidden 64) with a word-level tokenizer and a chat template."""
-    import torch
-    from transformers import GenerationConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
+    """A 2-layer random Llama (hidden 64) with a word-level tokenizer and a chat template: the
+    runtime image's model (tiny_model.build_policy)."""
     out = tiny_dir / "policy"
-    tok = _build_tokenizer()
-    model = LlamaForCausalLM(_llama_config(tok))
-    model.generation_config = GenerationConfig(
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id
-    )
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
+    build_policy(out)
     return out
 
 
