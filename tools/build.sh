@@ -2,8 +2,8 @@
 # Build the test cluster binaries (kube-apiserver, kube-controller-manager,
 # kube-scheduler, etcd, kwok) from the pinned Go builder modules in tools/*/.
 #
-# Usage: tools/build.sh [all|k8s|node|etcd|kwok|kueue|jobset|check]...
-#   all: the control plane, kwok and the real node's programs (kubelet, kube-proxy, pause);
+# Usage: tools/build.sh [all|k8s|node|coredns|etcd|kwok|kueue|jobset|check]...
+#   all: the control plane, kwok and the real node's programs (kubelet, kube-proxy, pause, coredns);
 #   kueue and jobset are optional
 #   check: verify tools/*/go.mod pin the versions of versions.env (no build)
 # Output: ${CW_CACHE_DIR:-~/.cache/cw}/bin/<component>-<version>/<binary>
@@ -52,6 +52,16 @@ build_node() {
   (cd "${here}/k8s" && go build -trimpath -ldflags "${ld}" -o "${out}.tmp/" \
       k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
   (cd "${here}/pause" && go build -trimpath -ldflags "-s -w" -o "${out}.tmp/pause" .)
+  rm -rf "${out}"; mv "${out}.tmp" "${out}"
+}
+
+# The real node's cluster DNS: CoreDNS with only the plugins its Corefile uses (tools/coredns/main.go);
+# no forward plugin, so a name outside the cluster is refused at once.
+build_coredns() {
+  local out="${cache}/coredns-${COREDNS_VERSION}"
+  if [[ -z "${CW_FORCE_BUILD:-}" && -x "${out}/coredns" ]]; then return 0; fi
+  mkdir -p "${out}.tmp"
+  (cd "${here}/coredns" && go build -trimpath -ldflags "-s -w" -o "${out}.tmp/coredns" .)
   rm -rf "${out}"; mv "${out}.tmp" "${out}"
 }
 
@@ -120,6 +130,7 @@ check() {
   if grep -E '^\s+k8s\.io/[a-z-]+ => k8s\.io/[a-z-]+ v' "${here}/k8s/go.mod" | grep -vq " ${staging}\$"; then
     echo "tools/k8s/go.mod: a staging replace is not ${staging}" >&2; bad=1
   fi
+  grep -q "^require github.com/coredns/coredns ${COREDNS_VERSION}\$" "${here}/coredns/go.mod" || { echo "tools/coredns/go.mod does not require coredns ${COREDNS_VERSION}" >&2; bad=1; }
   grep -q "^require go.etcd.io/etcd/server/v3 ${ETCD_VERSION}\$" "${here}/etcd/go.mod" || { echo "tools/etcd/go.mod does not require etcd ${ETCD_VERSION}" >&2; bad=1; }
   grep -q "^require sigs.k8s.io/kwok ${KWOK_VERSION}\$" "${here}/kwok/go.mod" || { echo "tools/kwok/go.mod does not require kwok ${KWOK_VERSION}" >&2; bad=1; }
   grep -q "^require sigs.k8s.io/kueue ${KUEUE_VERSION}\$" "${here}/kueue/go.mod" || { echo "tools/kueue/go.mod does not require kueue ${KUEUE_VERSION}" >&2; bad=1; }
@@ -130,14 +141,15 @@ check() {
 targets=("$@"); [[ ${#targets[@]} -eq 0 ]] && targets=(all)
 for t in "${targets[@]}"; do
   case "$t" in
-    all) build_etcd; build_kwok; build_k8s; build_node ;;
+    all) build_etcd; build_kwok; build_k8s; build_node; build_coredns ;;
     node) build_node ;;
+    coredns) build_coredns ;;
     k8s|kubernetes) build_k8s ;;
     etcd) build_etcd ;;
     kwok) build_kwok ;;
     kueue) build_kueue ;;
     jobset) build_jobset ;;
-    check) check && echo "versions consistent: k8s ${KUBERNETES_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, kueue ${KUEUE_VERSION}, jobset ${JOBSET_VERSION}" ;;
+    check) check && echo "versions consistent: k8s ${KUBERNETES_VERSION}, coredns ${COREDNS_VERSION}, etcd ${ETCD_VERSION}, kwok ${KWOK_VERSION}, kueue ${KUEUE_VERSION}, jobset ${JOBSET_VERSION}" ;;
     *) echo "unknown target: $t" >&2; exit 2 ;;
   esac
 done
