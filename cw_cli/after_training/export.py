@@ -11,6 +11,7 @@ from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.k8s.run_facts import claims_of, output_dir_of, trainer_of
 from cw_cli.labels import TRAINER
 from cw_cli.render.export import EXPORT_TTL_HOURS, ExportChoice, ExportFacts, export_manifests, export_name
+from cw_cli.render.helper_sizing import requests_of
 from cw_cli.render.scores import gate_of
 from cw_cli.render.workload import owner_kind
 
@@ -57,6 +58,7 @@ def export_facts(kube: Kube, run_name: str, choice: ExportChoice) -> ExportFacts
         service_account=pod.get("serviceAccountName"),
         pull_policy=container.get("imagePullPolicy", "IfNotPresent"),
         gate=gate_of(owner),
+        trainer_requests=requests_of(container),
     )
 
 

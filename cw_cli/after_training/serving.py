@@ -23,16 +23,35 @@ from cw_cli.errors import Conflict, CwError, ExitCode
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.k8s.run_facts import claims_of, trainer_of
 from cw_cli.labels import SERVE, TRAINER
-from cw_cli.render.helper_pods import SERVE_PORT, ServeSpec, serve_name, served_model
+from cw_cli.render.helper_pods import (
+    ENGINE_LABEL,
+    SERVE_PORT,
+    TRANSFORMERS_ENGINE,
+    VLLM_ENGINE,
+    ServeSpec,
+    serve_name,
+    served_model,
+)
 from cw_cli.render.helper_pods import server_manifests as render_server
+from cw_cli.render.helper_sizing import requests_of
 
 #: Environment entries of the trainer the server takes over: an adapter's base may come from the Hub.
 SERVE_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")
 
 
-def server_manifests(kube: Kube, run_name: str, which: str, lifetime_s: int, gpu: int) -> list[dict[str, Any]]:
+def engine_for(kube: Kube, engine: str | None, gpu: int) -> str:
+    """The server to start: ``engine`` where the user named one; else transformers' on CPU where
+    there is no GPU to use (``--gpu 0``, or a cluster whose GPUs are simulated), else vLLM."""
+    if engine:
+        return engine
+    return TRANSFORMERS_ENGINE if gpu == 0 or kube.simulated_gpus else VLLM_ENGINE
+
+
+def server_manifests(kube: Kube, run_name: str, which: str, lifetime_s: int, gpu: int,
+                     engine: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """The server pod and its Service for the model ``which`` names (render/helper_pods.py), from
-    what the run left on its volume (read in a reader pod) and its trainer; creates nothing.
+    what the run left on its volume (read in a reader pod) and its trainer; creates nothing
+    (``engine``: see :func:`engine_for`).
 
     Raises:
         NotFound: No such run, or its volume is gone.
@@ -58,11 +77,14 @@ def server_manifests(kube: Kube, run_name: str, which: str, lifetime_s: int, gpu
         node_selector=pod.get("nodeSelector") or {},
         tolerations=pod.get("tolerations") or [],
         env=[e for e in trainer.get("env") or [] if e.get("name") in SERVE_ENV],
+        engine=engine_for(kube, engine, gpu),
+        image=str(trainer["image"]),
+        trainer_requests=requests_of(trainer),
     )
     return render_server(spec, kube.namespace)
 
 
-def start_server(kube: Kube, run_name: str, which: str, lifetime_s: int, gpu: int) -> str:
+def start_server(kube: Kube, run_name: str, which: str, lifetime_s: int, gpu: int, engine: str | None = None) -> str:
     """Start the run's server on the model ``which`` names; returns the pod's name.
 
     Raises:
@@ -70,7 +92,7 @@ def start_server(kube: Kube, run_name: str, which: str, lifetime_s: int, gpu: in
         ConfigError: No such model, or outputs on no volume.
         Conflict: The run's server exists already.
     """
-    server, service = server_manifests(kube, run_name, which, lifetime_s, gpu)  # a bad choice is said first
+    server, service = server_manifests(kube, run_name, which, lifetime_s, gpu, engine)  # a bad choice is said first
     name = serve_name(run_name)
     if kube.get("Pod", name) is not None:
         raise Conflict(f"run {run_name!r} has a server already ({name})",
@@ -94,8 +116,42 @@ def wait_ready(kube: Kube, name: str, timeout_s: float) -> None:
     wait_running(kube, name, str(claims.get("checkpoints")), timeout_s, what=f"{SERVE} pod", ready=True, poll_s=1.0)
 
 
-def ask(kube: Kube, pod: str, model: str, question: str, max_tokens: int, timeout_s: float = 600) -> str:
-    """One chat completion from the server, through a port-forward of the API server.
+#: Lines of a failed server's log put in the error: the pod is deleted right after (`cw try`).
+FAILED_LOG_LINES = 12
+
+
+def wait_ready_or_say_why(kube: Kube, name: str, timeout_s: float) -> None:
+    """:func:`wait_ready`, with the end of the server's log in the error where it failed or never
+    got Ready: `cw try` deletes the pod on its way out, and its log with it.
+
+    Raises:
+        Conflict: Another pod holds the run's volume.
+        WaitTimeout: Not Ready in time, or it ended (with its log's last lines).
+    """
+    from cw_cli.errors import WaitTimeout
+    from cw_cli.k8s.queries import read_log_tail
+
+    try:
+        wait_ready(kube, name, timeout_s)
+    except WaitTimeout as exc:
+        pod = kube.get("Pod", name)
+        tail = read_log_tail(kube, pod, SERVE, FAILED_LOG_LINES) if pod else []
+        if not tail:
+            raise
+        shown = "\n".join(f"  {line}" for line in tail)
+        raise WaitTimeout(f"{exc.message}; the end of its log:\n{shown}", hint=exc.hint) from None
+
+
+def served_name(kube: Kube, pod: str, run_name: str) -> str | None:
+    """The model name requests to the server pod name: the run's on vLLM; none on transformers'
+    server, which is pinned to its one model."""
+    labels = ((kube.get("Pod", pod) or {}).get("metadata") or {}).get("labels") or {}
+    return None if labels.get(ENGINE_LABEL) == TRANSFORMERS_ENGINE else run_name
+
+
+def ask(kube: Kube, pod: str, model: str | None, question: str, max_tokens: int, timeout_s: float = 600) -> str:
+    """One chat completion from the server, through a port-forward of the API server (``model``:
+    the name it serves the model under, None where it serves one only).
 
     Raises:
         Forbidden: The user may not port-forward (``pods/portforward``): exit 7.
@@ -105,8 +161,8 @@ def ask(kube: Kube, pod: str, model: str, question: str, max_tokens: int, timeou
     """
     from cw_cli.client.channels import PortForward
 
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": question}],
-                       "max_tokens": max_tokens}).encode()  # fmt: skip
+    asked: dict[str, Any] = {"messages": [{"role": "user", "content": question}], "max_tokens": max_tokens}
+    body = json.dumps({"model": model, **asked} if model else asked).encode()
     request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body  # fmt: skip
     stream = PortForward(kube, pod, SERVE_PORT, timeout_s=timeout_s)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from msgspec import Struct
+from msgspec import Struct, structs
 
 from cw_cli.api.planning import Progress, _quiet
 from cw_cli.errors import ConfigError, RunFailed
@@ -130,9 +130,11 @@ class AfterTraining:
         return download(self.session.kube, self.name, str(checkpoint), Path(dest).expanduser(),
                         started or (lambda total, have: None), progress or (lambda size: None))  # fmt: skip
 
-    def serve(self, *, checkpoint: str = "final", ttl: str = "2h", gpu: int = 1) -> str:
+    def serve(self, *, checkpoint: str = "final", ttl: str = "2h", gpu: int = 1, engine: str | None = None) -> str:
         """Start a vLLM server on the run's model (``checkpoint`` as for :meth:`download`) that the
         kubelet ends after ``ttl``; returns the server pod's name (its Service has the same).
+        ``engine``: ``vllm`` or ``transformers`` (on CPU); default transformers' where there is
+        no GPU to use (``gpu`` 0, or a cluster whose GPUs are simulated), else vLLM.
 
         Raises:
             NotFound: No such run, or its volume is gone.
@@ -144,9 +146,10 @@ class AfterTraining:
 
         if not 0 <= gpu <= 64:
             raise ConfigError([f"--gpu {gpu}: expected 0 to 64"])
-        return start_server(self.session.kube, self.name, str(checkpoint), parse_duration(ttl, "--ttl"), gpu)
+        return start_server(self.session.kube, self.name, str(checkpoint), parse_duration(ttl, "--ttl"), gpu, engine)
 
-    def server_manifests(self, *, checkpoint: str = "final", ttl: str = "2h", gpu: int = 1) -> list[dict[str, Any]]:
+    def server_manifests(self, *, checkpoint: str = "final", ttl: str = "2h", gpu: int = 1,
+                         engine: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
         """The server Pod and Service :meth:`serve` would create (``cw serve --dry-run``), created
         nowhere; what the run left is read in a reader pod, as :meth:`artifacts` does.
 
@@ -160,26 +163,26 @@ class AfterTraining:
         if not 0 <= gpu <= 64:
             raise ConfigError([f"--gpu {gpu}: expected 0 to 64"])
         lifetime = parse_duration(ttl, "--ttl")
-        return server_manifests(self.session.kube, self.name, str(checkpoint), lifetime, gpu)
+        return server_manifests(self.session.kube, self.name, str(checkpoint), lifetime, gpu, engine)
 
     def try_(self, question: str, *, checkpoint: str = "final", gpu: int = 1, max_tokens: int = 256,
-             timeout: float = 900, progress: Progress = _quiet) -> str:  # fmt: skip
+             timeout: float = 900, progress: Progress = _quiet, engine: str | None = None) -> str:  # fmt: skip
         """Ask the run's model one question through its chat template: a server is started on it,
         asked through a port-forward of the API server, and stopped, whatever happens.
 
         Returns:
             The model's answer.
         """
-        from cw_cli.after_training.serving import ask, stop_server, wait_ready
+        from cw_cli.after_training.serving import ask, served_name, stop_server, wait_ready_or_say_why
 
         if not question.strip():
             raise ConfigError(["the question is empty"], hint='cw try RUN "What is 2 + 2?"')
-        name = self.serve(checkpoint=checkpoint, ttl=f"{int(timeout) + 600}s", gpu=gpu)
+        name = self.serve(checkpoint=checkpoint, ttl=f"{int(timeout) + 600}s", gpu=gpu, engine=engine)
         try:
             progress(f"server {name} started; waiting until it is Ready")
-            wait_ready(self.session.kube, name, timeout)
+            wait_ready_or_say_why(self.session.kube, name, timeout)
             progress(f"asking {name} through a port-forward")
-            return ask(self.session.kube, name, self.name, question, max_tokens)
+            return ask(self.session.kube, name, served_name(self.session.kube, name, self.name), question, max_tokens)
         finally:
             stop_server(self.session.kube, name)
 
@@ -213,7 +216,7 @@ class AfterTraining:
 
     def export(
         self, *, checkpoint: str = "final", merge: bool = False, push_to_hub: str | None = None, private: bool = False,
-        overwrite: bool = False, gpu: int = 0, cpu: str = "8", memory: str = "64Gi", to: str | None = None,
+        overwrite: bool = False, gpu: int = 0, cpu: str | None = None, memory: str | None = None, to: str | None = None,
         secrets: Sequence[str] = (), force: bool = False,
     ) -> Export:  # fmt: skip
         """Start a Job that turns a checkpoint of the run into a model ready to use, on its volume.
@@ -227,8 +230,9 @@ class AfterTraining:
             private: Create that repository private.
             overwrite: Replace an earlier export of the same checkpoint and form.
             gpu: GPUs for the export pod (merging is CPU work by default).
-            cpu: Its CPU request and limit.
-            memory: Its memory request and limit (a merge holds the base model in memory).
+            cpu: Its CPU request and limit (default 8, at most what the run's trainer asked for).
+            memory: Its memory request and limit (a merge holds the base model in memory; default
+                64Gi, at most what the run's trainer asked for).
             to: Also copy it to object storage (``s3://BUCKET/PATH``, ``gs://``, ``az://``) from the pod.
             secrets: ``VAR=SECRET[:KEY]``: environment variables of the export pod taken from Secrets
                 (the upload's credentials, e.g. ``AWS_SECRET_ACCESS_KEY=s3-credentials``).
@@ -248,18 +252,30 @@ class AfterTraining:
         """
         from cw_cli.after_training.export import create_export, export_facts
         from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
-        from cw_cli.render.export import ExportChoice, check_choice, check_gate, listing_problems, resolve_best
+        from cw_cli.render.export import (
+            EXPORT_CPU,
+            EXPORT_MEMORY,
+            ExportChoice,
+            check_choice,
+            check_gate,
+            listing_problems,
+            resolve_best,
+        )
+        from cw_cli.render.helper_sizing import fit_to_trainer
 
         try:
-            cpu, memory = normalize_quantity(cpu, MIN_CPU, "cpu"), normalize_quantity(memory, MIN_MEMORY, "memory")
+            cpu = None if cpu is None else normalize_quantity(cpu, MIN_CPU, "cpu")
+            memory = None if memory is None else normalize_quantity(memory, MIN_MEMORY, "memory")
         except ValueError as exc:
             raise ConfigError([f"--cpu/--memory: {exc}"]) from None
         choice = ExportChoice(checkpoint=str(checkpoint), merge=merge, push_to_hub=push_to_hub, private=private,
-                              overwrite=overwrite, gpu=gpu, cpu=cpu, memory=memory, to=to, secrets=tuple(secrets))  # fmt: skip
+                              overwrite=overwrite, gpu=gpu, to=to, secrets=tuple(secrets))  # fmt: skip
         problems = check_choice(choice)
         if problems:
             raise ConfigError(problems, hint="cw export --help")
         facts = export_facts(self.session.kube, self.name, choice)
+        fitted_cpu, fitted_memory = fit_to_trainer(EXPORT_CPU, EXPORT_MEMORY, facts.trainer_requests)
+        choice = structs.replace(choice, cpu=cpu or fitted_cpu, memory=memory or fitted_memory)
         listing = self.artifacts()
         choice = resolve_best(choice, listing)  # `best` is a step from here on: the Job's name says which
         problems = listing_problems(choice, listing)  # what the Job would fail on, before it exists
@@ -271,7 +287,7 @@ class AfterTraining:
 
     def evaluate(
         self, *, checkpoint: str = "final", tasks: Sequence[str] = (), metric: str | None = None,
-        limit: float | None = None, gpu: int | None = None, cpu: str = "4", memory: str = "32Gi",
+        limit: float | None = None, gpu: int | None = None, cpu: str | None = None, memory: str | None = None,
         environments: Sequence[str] = (),
     ) -> Evaluation:  # fmt: skip
         """Start a Job that scores one model of the run with lm-evaluation-harness; its scores land
@@ -284,8 +300,10 @@ class AfterTraining:
             metric: The deciding ``<task>/<metric>`` (default: the run's, else the first task's first score).
             limit: Samples per task (default: the run's).
             gpu: GPUs of the evaluation pod: vLLM on a GPU, transformers on CPU (default: the run's choice).
-            cpu: Its CPU request and limit.
-            memory: Its memory request and limit.
+            cpu: Its CPU request and limit (default: the run's ``eval.cpu``, else 4 capped at what
+                its trainer asked for).
+            memory: Its memory request and limit (default: the run's ``eval.memory``, else 32Gi
+                capped at what its trainer asked for).
             environments: verifiers environments to score with vf-eval instead of lm-eval tasks (one
                 the run shipped travels from its ConfigMap; any other is installed from the hub).
 
@@ -305,9 +323,11 @@ class AfterTraining:
         )
         from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
         from cw_cli.render.evaluation import EvalResources
+        from cw_cli.render.helper_sizing import fit_to_trainer
 
         try:
-            cpu, memory = normalize_quantity(cpu, MIN_CPU, "cpu"), normalize_quantity(memory, MIN_MEMORY, "memory")
+            cpu = None if cpu is None else normalize_quantity(cpu, MIN_CPU, "cpu")
+            memory = None if memory is None else normalize_quantity(memory, MIN_MEMORY, "memory")
         except ValueError as exc:
             raise ConfigError([f"--cpu/--memory: {exc}"]) from None
         if gpu is not None and not 0 <= gpu <= 8:
@@ -317,11 +337,15 @@ class AfterTraining:
             raise ConfigError([f"--checkpoint {str(checkpoint)[:40]!r}: expected final, latest, best, base or a step number"])
         kube = self.session.kube
         settings, base = run_settings(kube, self.name)
+        sized = (settings or {}).get("resources") or {}  # the run's eval: cpu/memory, as launched
         shipped = run_environments(kube, self.name) if environments else None
         settings = eval_settings(self.name, settings, list(tasks), metric, limit, gpu,
                                  environments=list(environments), shipped=shipped)  # fmt: skip
         facts = eval_facts(kube, self.name)
         chosen = choose_target(kube, self.name, facts.run_dir, str(checkpoint), base)
-        resources = EvalResources(gpu=int(settings.get("gpu") or 0), cpu=cpu, memory=memory)
+        default = EvalResources()
+        fitted_cpu, fitted_memory = fit_to_trainer(default.cpu, default.memory, facts.trainer_requests)
+        resources = EvalResources(gpu=int(settings.get("gpu") or 0), cpu=cpu or str(sized.get("cpu") or fitted_cpu),
+                                  memory=memory or str(sized.get("memory") or fitted_memory))  # fmt: skip
         name = create_eval(kube, facts, settings, chosen, resources)
         return Evaluation(name=name, run=cast("Run", self), checkpoint=chosen.label, scores=f"{chosen.out}/scores.json")

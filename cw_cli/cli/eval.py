@@ -23,15 +23,16 @@ from cw_cli.errors import ConfigError
 @click.option("--metric", default=None, metavar="TASK/METRIC", help="The deciding score (default: the run's eval: metric).")
 @click.option("--limit", type=float, default=None, help="Samples per task (default: the run's eval: limit).")
 @click.option("--gpu", type=int, default=None, help="GPUs of the evaluation pod: vLLM on a GPU, transformers on CPU.")
-@click.option("--cpu", default="4", show_default=True, help="CPU of the evaluation pod.")
-@click.option("--memory", default="32Gi", show_default=True, help="Memory of the evaluation pod.")
+@click.option("--cpu", default=None, help="CPU of the evaluation pod (default: the run's eval.cpu, else 4, at most the trainer's).")
+@click.option("--memory", default=None,
+              help="Memory of the evaluation pod (default: the run's eval.memory, else 32Gi, at most the trainer's).")
 @click.option("--wait", is_flag=True, help="Wait until the evaluation ends; exit 1 if it fails.")
 @click.option("--timeout", type=float, help="With --wait: seconds to wait.")
 @cluster_options
 @handle_errors
 def eval_command(
     run: str, checkpoint: str, tasks: str | None, environments: str | None, metric: str | None, limit: float | None,
-    gpu: int | None, cpu: str, memory: str, wait: bool, timeout: float | None, namespace: str | None, context: str | None,
+    gpu: int | None, cpu: str | None, memory: str | None, wait: bool, timeout: float | None, namespace: str | None, context: str | None,
 ) -> None:  # fmt: skip
     """Evaluate a run's model with lm-evaluation-harness (or verifiers' vf-eval); scores go to its folder, cw artifacts and cw metrics."""
     from cw_cli.cli.runs import check_run_argument

@@ -26,16 +26,17 @@ from cw_cli.errors import ConfigError
 @click.option("--overwrite", is_flag=True, help="Replace an earlier export of the same checkpoint.")
 @click.option("--force", is_flag=True, help="Export even where the run's export gate refuses the checkpoint (worse than the base model).")
 @click.option("--gpu", type=int, default=0, show_default=True, help="GPUs for the export pod.")
-@click.option("--cpu", default="8", show_default=True, help="CPU of the export pod.")
-@click.option("--memory", default="64Gi", show_default=True, help="Memory of the export pod (a merge holds the base model).")
+@click.option("--cpu", default=None, help="CPU of the export pod (default 8, at most the run's trainer's).")
+@click.option("--memory", default=None,
+              help="Memory of the export pod: a merge holds the base model (default 64Gi, at most the run's trainer's).")
 @click.option("--wait", is_flag=True, help="Wait until the export ends; exit 1 if it fails.")
 @click.option("--timeout", type=float, help="With --wait: seconds to wait.")
 @cluster_options
 @handle_errors
 def export_command(
     run: str, checkpoint: str, merge: bool, push_to_hub: str | None, private: bool, to: str | None,
-    secrets: tuple[str, ...], overwrite: bool, force: bool, gpu: int, cpu: str, memory: str, wait: bool, timeout: float | None,
-    namespace: str | None, context: str | None,
+    secrets: tuple[str, ...], overwrite: bool, force: bool, gpu: int, cpu: str | None, memory: str | None, wait: bool,
+    timeout: float | None, namespace: str | None, context: str | None,
 ) -> None:  # fmt: skip
     """Export a run's model to RUN/exported/ on its checkpoint volume (merged, or pushed to the Hub)."""
     from cw_cli.cli.runs import check_run_argument

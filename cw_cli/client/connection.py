@@ -71,6 +71,12 @@ class Kube:
         (:data:`~cw_cli.client.credentials.HELPER_IMAGES_EXTENSION`), else ``default``."""
         return str(getattr(self.transport, "helper_images", {}).get(role, default))
 
+    @property
+    def simulated_gpus(self) -> bool:
+        """Whether the cluster's GPUs are advertised without devices (the kubeconfig context's
+        :data:`~cw_cli.client.credentials.SIMULATED_GPUS_EXTENSION`): servers run on CPU there."""
+        return bool(getattr(self.transport, "simulated_gpus", False))
+
     def close(self) -> None:
         """Close the kept-alive connections."""
         self.transport.close()

@@ -72,6 +72,9 @@ class ExecPlugin(Struct, frozen=True):
 HELPER_IMAGES_EXTENSION = "cw-cli.dev/helper-images"
 #: The helper pods' roles an extension may name an image for.
 HELPER_IMAGE_ROLES = (READER,)
+#: The kubeconfig context extension (``extension: true``) saying that the cluster's GPUs are
+#: advertised without devices (cw's test cluster): model servers run transformers on CPU there.
+SIMULATED_GPUS_EXTENSION = "cw-cli.dev/simulated-gpus"
 
 
 class Credentials(Struct, frozen=True):
@@ -99,6 +102,7 @@ class Credentials(Struct, frozen=True):
         helper_images: The images cw's helper pods use on this context's cluster, by role
             (``reader``), from the context's extension :data:`HELPER_IMAGES_EXTENSION`: a cluster
             without a registry (the test cluster's real node) names the images it holds.
+        simulated_gpus: The context's :data:`SIMULATED_GPUS_EXTENSION` says its GPUs have no devices.
     """
 
     server: str
@@ -117,6 +121,7 @@ class Credentials(Struct, frozen=True):
     proxy: str | None = None
     impersonate: tuple[tuple[str, str], ...] = ()
     helper_images: tuple[tuple[str, str], ...] = ()
+    simulated_gpus: bool = False
 
     #: Fields whose values never appear in a repr (logs and tracebacks).
     _SECRET_FIELDS: ClassVar[frozenset[str]] = frozenset({"ca_data", "client_cert", "client_key", "token", "password"})

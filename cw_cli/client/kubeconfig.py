@@ -20,6 +20,7 @@ from cw_cli.client.credentials import (
     EXEC_API_VERSIONS,
     HELPER_IMAGE_ROLES,
     HELPER_IMAGES_EXTENSION,
+    SIMULATED_GPUS_EXTENSION,
     Credentials,
     ExecPlugin,
     KubeconfigError,
@@ -146,7 +147,7 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Credentia
     return Credentials(
         server=cluster["server"], context=name, namespace=namespace, ca_data=cluster["ca"],
         insecure=cluster["insecure"], tls_server_name=cluster["tls_server_name"], proxy=cluster["proxy"],
-        helper_images=_helper_images(ctx, where), **user,
+        helper_images=_helper_images(ctx, where), simulated_gpus=_simulated_gpus(ctx, where), **user,
     )  # fmt: skip
 
 
@@ -174,3 +175,19 @@ def _helper_images(ctx: dict, where: str) -> tuple[tuple[str, str], ...]:
                 raise KubeconfigError(f"{where}: extension {HELPER_IMAGES_EXTENSION}: {role}: not an image reference")
             found.append((role, image))
     return tuple(found)
+
+
+def _simulated_gpus(ctx: dict, where: str) -> bool:
+    """Whether the context's :data:`SIMULATED_GPUS_EXTENSION` is ``true``.
+
+    Raises:
+        KubeconfigError: The extension is there but not a boolean.
+    """
+    extensions = ctx.get("extensions") or []
+    for item in extensions if isinstance(extensions, list) else []:
+        if isinstance(item, dict) and item.get("name") == SIMULATED_GPUS_EXTENSION:
+            value = item.get("extension")
+            if not isinstance(value, bool):
+                raise KubeconfigError(f"{where}: extension {SIMULATED_GPUS_EXTENSION} is {type_name(value)}, not true or false")
+            return value
+    return False

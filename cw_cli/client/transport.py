@@ -126,6 +126,7 @@ class Transport:
         self._base_path = url.path.rstrip("/")
         self._credentials = credentials
         self.helper_images = dict(credentials.helper_images)
+        self.simulated_gpus = credentials.simulated_gpus
         self._authorization = authorization
         chosen = proxy_for(credentials.server, credentials.proxy)  # the environment is read here, once
         self._proxy = proxy_address(*chosen, proxy_headers) if chosen else None

@@ -91,6 +91,16 @@ def eval_gpu(spec: EvalSpec, trainer_gpu: int | None) -> int:
     return spec.gpu if spec.gpu is not None else (1 if trainer_gpu else 0)
 
 
+def eval_size(spec: EvalSpec, trainer_cpu: Any, trainer_memory: Any) -> dict[str, str]:
+    """The evaluation pod's cpu and memory: the ``eval:`` block's where it names them, else cw's
+    defaults capped at the trainer's request (render/helper_sizing.py)."""
+    from cw_cli.render.helper_sizing import capped
+
+    named = spec.model_fields_set
+    return {"cpu": spec.cpu if "cpu" in named else capped(spec.cpu, trainer_cpu),
+            "memory": spec.memory if "memory" in named else capped(spec.memory, trainer_memory)}  # fmt: skip
+
+
 def eval_requirements(settings: dict[str, Any]) -> list[str]:
     """What the evaluation pod pip-installs when its image lacks it: the settings' own list (vf-eval's),
     else lm-eval at cw's pin."""
@@ -127,6 +137,8 @@ def run_eval_file(config: RunConfig) -> ShippedFile:
 
     assert config.cluster.eval is not None
     settings = settings_of(config.cluster.eval, config.path.parent, config.cluster.gpu, list(config.cluster.files))
+    # The size `cw eval RUN` reuses, as the run's own evaluations have it.
+    settings["resources"] = eval_size(config.cluster.eval, config.cluster.cpu, config.cluster.memory)
     return text_file(SPEC_FILE, json.dumps(settings, indent=1, sort_keys=True))
 
 
@@ -290,7 +302,8 @@ def watch_files(config: RunConfig, run_name: str, run_dir: str, labels: dict[str
     # Below the trainer: a PriorityClass, or on a queued run Kueue's WorkloadPriorityClass (same queue).
     queued = {KUEUE_QUEUE_LABEL: str(queue), **({KUEUE_PRIORITY_LABEL: spec.priority_class} if spec.priority_class else {})}
     requirements = eval_requirements(settings_of(spec, config.path.parent, cluster.gpu, list(cluster.files)))
-    resources = EvalResources(gpu=eval_gpu(spec, cluster.gpu), cpu=spec.cpu, memory=spec.memory, image=spec.image,
+    size = eval_size(spec, cluster.cpu, cluster.memory)
+    resources = EvalResources(gpu=eval_gpu(spec, cluster.gpu), cpu=size["cpu"], memory=size["memory"], image=spec.image,
                               priority_class=None if queue else spec.priority_class)  # fmt: skip
     jobs = {
         name: eval_manifests(facts, {}, target(run_dir, which), resources, namespace, requirements=requirements,

@@ -40,6 +40,11 @@ _SECRET = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,127})=([a-z0-9]([-a-z0-9.]{0,251
 MAX_JOB_NAME = 63
 
 
+#: The export pod's size unless the user names one (at most the trainer's: render/helper_sizing.py):
+#: a merge holds the base model in memory.
+EXPORT_CPU, EXPORT_MEMORY = "8", "64Gi"
+
+
 class ExportFacts(Struct, frozen=True):
     """What the export pod takes over from the run's trainer.
 
@@ -56,6 +61,8 @@ class ExportFacts(Struct, frozen=True):
         service_account: The trainer's ServiceAccount, if any.
         pull_policy: The trainer's imagePullPolicy.
         gate: The export gate the run was launched with (its config's ``gate:``), if any.
+        trainer_requests: What the trainer container asked for (cpu, memory): a helper pod's
+            default size is capped at it (render/helper_sizing.py).
     """
 
     run_name: str
@@ -70,6 +77,7 @@ class ExportFacts(Struct, frozen=True):
     service_account: str | None = None
     pull_policy: str = "IfNotPresent"
     gate: Gate | None = None
+    trainer_requests: dict[str, Any] = field(default_factory=dict)
 
 
 class ExportChoice(Struct, frozen=True):
@@ -81,8 +89,8 @@ class ExportChoice(Struct, frozen=True):
     private: bool = False
     overwrite: bool = False
     gpu: int = 0
-    cpu: str = "8"
-    memory: str = "64Gi"
+    cpu: str = EXPORT_CPU
+    memory: str = EXPORT_MEMORY
     to: str | None = None
     secrets: tuple[str, ...] = ()
 

@@ -49,6 +49,17 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 SERVE_CPU_PER_GPU = 4
 SERVE_MEMORY_GI_PER_GPU = 16
 SERVE_SHM = "16Gi"
+#: The servers `cw serve` / `cw try` start: vLLM (a GPU's), or transformers' own ``transformers
+#: serve`` (OpenAI-compatible too) on CPU, in the run's own image: where a cluster's GPUs are
+#: simulated (the test cluster), or asked for with ``--engine transformers``.
+VLLM_ENGINE, TRANSFORMERS_ENGINE = "vllm", "transformers"
+ENGINES = (VLLM_ENGINE, TRANSFORMERS_ENGINE)
+#: The label saying which server a serve pod runs (``cw try`` asks each in its own way).
+ENGINE_LABEL = "cw-cli.dev/serve-engine"
+#: transformers' server runs as nobody (any image: no user of its own is needed), with its caches
+#: in /tmp, which every image has writable.
+TRANSFORMERS_SERVE_ENV = [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf-home"},
+                          {"name": "HF_HUB_OFFLINE", "value": "1"}]  # fmt: skip
 
 
 def restricted_pod_security(user: int) -> dict[str, Any]:
@@ -216,11 +227,41 @@ def vllm_command(run_name: str, model: ServedModel, gpus: int) -> list[str]:
     return command
 
 
-def serve_resources(gpus: int) -> dict[str, Any]:
-    """The server's requests and limits: CPU and memory per GPU, memory limited to its request."""
+#: transformers' server loads full models only: an adapter is merged into its base first (peft, in
+#: the run's image), into the container's own /tmp. Arguments: the adapter folder, the destination.
+MERGE_ADAPTER_SCRIPT = """\
+import os, sys
+from peft import AutoPeftModelForCausalLM
+from transformers import AutoTokenizer
+adapter, merged = sys.argv[1], sys.argv[2]
+model = AutoPeftModelForCausalLM.from_pretrained(adapter)
+base = model.peft_config["default"].base_model_name_or_path
+model.merge_and_unload().save_pretrained(merged)
+has_tokenizer = os.path.isfile(os.path.join(adapter, "tokenizer_config.json"))
+AutoTokenizer.from_pretrained(adapter if has_tokenizer else base).save_pretrained(merged)
+print("[cw-serve] merged the adapter into its base", base, flush=True)
+"""
+MERGED_FOLDER = "/tmp/cw-merged"
+
+
+def transformers_command(model: ServedModel) -> list[str]:
+    """transformers' own server, pinned to the model (an adapter merged into its base first);
+    requests name no model. Folders are arguments of the shell, never part of its script."""
+    serve = f"exec transformers serve \"$1\" --host 0.0.0.0 --port {SERVE_PORT}"
+    if not model.adapter:
+        return ["sh", "-c", serve, "serve", model.path]
+    merge_then_serve = f'python3 -c "$0" "$2" "$1" && {serve}'
+    return ["sh", "-c", merge_then_serve, MERGE_ADAPTER_SCRIPT, MERGED_FOLDER, model.path]
+
+
+def serve_resources(gpus: int, trainer_requests: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The server's requests and limits: CPU and memory per GPU (at most what the run's trainer
+    asked for: render/helper_sizing.py), memory limited to its request."""
+    from cw_cli.render.helper_sizing import fit_to_trainer
+
     share = max(gpus, 1)
-    memory = f"{SERVE_MEMORY_GI_PER_GPU * share}Gi"
-    requests: dict[str, Any] = {"cpu": str(SERVE_CPU_PER_GPU * share), "memory": memory}
+    cpu, memory = fit_to_trainer(str(SERVE_CPU_PER_GPU * share), f"{SERVE_MEMORY_GI_PER_GPU * share}Gi", trainer_requests or {})
+    requests: dict[str, Any] = {"cpu": cpu, "memory": memory}
     limits: dict[str, Any] = {"memory": memory}
     if gpus:
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = gpus
@@ -240,6 +281,9 @@ class ServeSpec(Struct, frozen=True):
         node_selector: Where the trainer may run (GPU nodes).
         tolerations: The trainer's tolerations.
         env: The trainer's Hub entries (HF_TOKEN, HF_ENDPOINT): an adapter's base may come from the Hub.
+        engine: :data:`VLLM_ENGINE` or :data:`TRANSFORMERS_ENGINE`.
+        image: The trainer's image (transformers' server runs there: it has the model's libraries).
+        trainer_requests: What the trainer container asked for (the server asks for no more).
     """
 
     run_name: str
@@ -251,6 +295,9 @@ class ServeSpec(Struct, frozen=True):
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     env: list[dict[str, Any]] = field(default_factory=list)
+    engine: str = VLLM_ENGINE
+    image: str = VLLM_IMAGE
+    trainer_requests: dict[str, Any] = field(default_factory=dict)
 
 
 def serve_name(run_name: str) -> str:
@@ -265,20 +312,21 @@ def server_manifests(spec: ServeSpec, namespace: str | None = None) -> list[dict
         ConfigError: What :func:`vllm_command` refuses.
     """
     name = serve_name(spec.run_name)
-    labels = _labels(spec.run_labels, SERVE)
+    labels = {**_labels(spec.run_labels, SERVE), ENGINE_LABEL: spec.engine}
     common = {"name": name, "namespace": namespace, "labels": labels, "port": SERVE_PORT}
+    on_cpu = spec.engine == TRANSFORMERS_ENGINE
     pod_values = {
         **common,
         "roles": {SERVE: SERVE},
         "lifetime_s": spec.lifetime_s,
-        "pod_security": restricted_pod_security(VLLM_USER),
+        "pod_security": restricted_pod_security(READER_USER if on_cpu else VLLM_USER),
         "container_security": CONTAINER_SECURITY,
         "node_selector": spec.node_selector,
         "tolerations": spec.tolerations,
-        "image": VLLM_IMAGE,
-        "command": vllm_command(spec.run_name, spec.model, spec.gpus),
-        "env": spec.env,
-        "resources": serve_resources(spec.gpus),
+        "image": spec.image if on_cpu else VLLM_IMAGE,
+        "command": transformers_command(spec.model) if on_cpu else vllm_command(spec.run_name, spec.model, spec.gpus),
+        "env": [*spec.env, *TRANSFORMERS_SERVE_ENV] if on_cpu else spec.env,
+        "resources": serve_resources(spec.gpus, spec.trainer_requests),
         "mount": CHECKPOINT_MOUNT,
         "claim": spec.claim,
         "shm_size": SERVE_SHM,

@@ -6,8 +6,10 @@ stay a single file with no cw imports. A container whose run needs packages its 
 
     python3 /etc/cw/cw_pip.py verifiers==0.1.9.post3 peft==0.17.1 -- vf-vllm --model M [...]
 
-pip skips every requirement the image already satisfies without contacting an index, so an
-image with the packages baked in starts at once, offline. Builds run without isolation: CUDA
+Requirements the image already has at exactly the pinned version (``name==version``, or a bare
+name) are checked here first, with the standard library, and pip is not run at all: an image with
+the packages baked in starts at once, offline, even one without pip (cw's test-cluster image).
+Anything else goes to pip, which skips what is satisfied without contacting an index. Builds run without isolation: CUDA
 extensions (flash-attn, deepspeed) must compile against the image's own torch, and a build
 environment of its own would download a second torch. Index settings come from pip's own
 environment variables (``PIP_INDEX_URL``, ``PIP_EXTRA_INDEX_URL``), set with the ``env:`` field.
@@ -22,11 +24,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from importlib import metadata
 
 _PREFIX = "[cw-pip]"
 _USAGE = "usage: cw_pip.py [--dry-run] REQUIREMENT [REQUIREMENT...] -- COMMAND [ARGS...]"
+#: A requirement simple enough to check without pip's own parser: a name, optionally ``==version``.
+_SIMPLE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:==([A-Za-z0-9.!+_-]+))?$")
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -38,6 +44,24 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     if not command or any(not req or req.startswith("-") for req in requirements):
         raise SystemExit(_USAGE)
     return requirements, command
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503's name normalization
+
+
+def already_satisfied(requirement: str) -> bool:
+    """Whether this interpreter has ``requirement`` installed at exactly its pinned version; False
+    for anything this check cannot decide (ranges, extras, markers, URLs): pip decides those."""
+    match = _SIMPLE.match(requirement.strip())
+    if not match:
+        return False
+    name, wanted = match.groups()
+    try:
+        installed = metadata.version(_normalized(name))
+    except metadata.PackageNotFoundError:
+        return False
+    return wanted is None or installed == wanted
 
 
 def pip_command(requirements: list[str], check_only: bool = False) -> list[str]:
@@ -53,21 +77,24 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     dry_run = bool(args) and args[0] == "--dry-run"
     requirements, command = split_argv(args[1:] if dry_run else args)
-    install = pip_command(requirements) if requirements else []
+    missing = [req for req in requirements if not already_satisfied(req)]
+    install = pip_command(missing) if missing else []
+    if requirements and not missing and not dry_run:
+        print(f"{_PREFIX} {' '.join(requirements)}: installed already", file=sys.stderr, flush=True)
     if dry_run:
         print(json.dumps({"pip": install, "exec": command}))
         return 0
     if install and os.environ.get("CW_PIP_CHECK") == "1":
         if subprocess.run(pip_command(requirements, check_only=True), check=False).returncode != 0:
             print(
-                f"{_PREFIX} this environment lacks some of {' '.join(requirements)}; install them with: "
-                f"{sys.executable} -m pip install {' '.join(requirements)}",
+                f"{_PREFIX} this environment lacks some of {' '.join(missing)}; install them with: "
+                f"{sys.executable} -m pip install {' '.join(missing)}",
                 file=sys.stderr,
                 flush=True,
             )
             return 1
     elif install:
-        print(f"{_PREFIX} ensuring {' '.join(requirements)}", file=sys.stderr, flush=True)
+        print(f"{_PREFIX} ensuring {' '.join(missing)}", file=sys.stderr, flush=True)
         done = subprocess.run(install, check=False)
         if done.returncode != 0:
             print(

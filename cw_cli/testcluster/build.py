@@ -22,7 +22,8 @@ from .errors import BuildError, TestClusterError
 from .paths import Versions, cache_dir, load_versions, tools_dir
 
 COMPONENTS = ("etcd", "kwok", "k8s")
-OPTIONAL = ("jobset", "kueue", "node")  # built only when asked for (`--kueue` runs the first two; a real node needs node)
+# Built only when asked for (`--kueue` runs the first two; a real node needs node and coredns, its cluster DNS).
+OPTIONAL = ("jobset", "kueue", "node", "coredns")
 
 _BINARIES = {
     "etcd": ("etcd",),
@@ -31,6 +32,7 @@ _BINARIES = {
     "kueue": ("kueue",),
     "jobset": ("jobset",),
     "node": ("kubelet", "kube-proxy", "pause"),
+    "coredns": ("coredns",),
 }
 
 
@@ -46,6 +48,7 @@ class Binaries(Struct):
     kubelet: Path = Path()  # the real node's programs (component "node")
     kube_proxy: Path = Path()
     pause: Path = Path()
+    coredns: Path = Path()  # the real node's cluster DNS (component "coredns")
     built: list[str] = field(default_factory=list)  # components built by this call
     seconds: dict[str, float] = field(default_factory=dict)  # build time per built component
     total_seconds: float = 0.0
@@ -60,6 +63,8 @@ def _component_dir(bin_root: Path, component: str, versions: Versions) -> Path:
         return bin_root / f"{component}-{getattr(versions, component)}"
     if component == "node":
         return bin_root / f"node-{versions.kubernetes}"
+    if component == "coredns":
+        return bin_root / f"coredns-{versions.coredns}"
     return bin_root / f"kwok-{versions.kwok}"
 
 
@@ -79,6 +84,7 @@ def binary_paths(cache: Path | None = None, versions: Versions | None = None) ->
         kubelet=node / "kubelet",
         kube_proxy=node / "kube-proxy",
         pause=node / "pause",
+        coredns=_component_dir(root, "coredns", versions) / "coredns",
     )
 
 

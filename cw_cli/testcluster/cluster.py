@@ -219,7 +219,7 @@ def _reuse_running(state: Path, user_kc: Path, gpu_nodes: int, cpu_nodes: int, t
 
 def _binaries(build: bool, kueue: bool, say: Callable[[str], None], real_node: bool = False) -> Binaries:
     """The components' binaries: built when missing and ``build``, else an error naming them."""
-    optional = (*(QUEUEING if kueue else ()), *(("node",) if real_node else ()))
+    optional = (*(QUEUEING if kueue else ()), *(("node", "coredns") if real_node else ()))
     if build:
         return ensure_binaries(on_build_start=lambda c: say(f"building {c} (cold build, minutes)"), optional=optional)
     missing = missing_components(optional=optional)
@@ -293,6 +293,19 @@ def _clean_stale_real_node(say: Callable[[str], None]) -> None:
     owner_file.unlink(missing_ok=True)
 
 
+def _start_cluster_dns(launcher: Launcher, kube: Kube, state: Path, bins: Binaries, server: str,
+                       say: Callable[[str], None]) -> None:  # fmt: skip
+    """CoreDNS for the real node's pods, with the kube-dns Service pointing at it (realnode/dns.py)."""
+    from .realnode import dns
+
+    say("starting CoreDNS (the real node's cluster DNS)")
+    files = dns.DnsFiles(state)
+    dns.write_kubeconfig(files, state / "pki", server)
+    dns.create_objects(kube)  # system:coredns's read rights, Service kube-dns 10.96.0.10, its EndpointSlice
+    listen = dns.start(launcher, bins.coredns, files)
+    launcher.wait("CoreDNS /ready", lambda: dns.is_ready(listen), 0.3)
+
+
 def _start_real_node(launcher: Launcher, kube: Kube, state: Path, bins: Binaries, server: str,
                      say: Callable[[str], None]) -> str:  # fmt: skip
     """The real node's kubelet and kube-proxy, its GPUs advertised; its name."""
@@ -346,6 +359,7 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
         launcher.wait("fake nodes to become Ready", lambda: _nodes_ready(kube, wanted), 0.3)
         launcher.wait("ServiceAccount default/default", lambda: api.exists(kube, "/api/v1/namespaces/default/serviceaccounts/default"))
         if real_node:
+            _start_cluster_dns(launcher, kube, state, bins, server, say)
             real_nodes.append(_start_real_node(launcher, kube, state, bins, server, say))
         _create_checkpoint_volume(kube, state / "volumes" if real_node else None)
         _create_eval_priority_class(kube)

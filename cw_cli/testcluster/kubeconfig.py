@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from cw_cli.client.credentials import HELPER_IMAGES_EXTENSION
+from cw_cli.client.credentials import HELPER_IMAGES_EXTENSION, SIMULATED_GPUS_EXTENSION
 from cw_cli.labels import READER
 
 from .errors import TestClusterError
@@ -67,7 +67,8 @@ def merge_user_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Pa
     """Add/replace cluster, user and context `cw-test` (certs embedded) and make it current.
 
     ``helper_image``: the image cw's helper pods use there (a real node has only the images built
-    here), named in the context's helper-images extension.
+    here), named in the context's helper-images extension. The context also says that the
+    cluster's GPUs are simulated (no devices, on the fake nodes and the real one alike).
     """
     data: dict = {}
     if path.exists():
@@ -85,8 +86,9 @@ def merge_user_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Pa
     data["users"] = _upsert(data.get("users"), CONTEXT, "user", {
         "client-certificate-data": _b64(cert), "client-key-data": _b64(key)})
     context: dict = {"cluster": CONTEXT, "user": CONTEXT, "namespace": "default"}
+    context["extensions"] = [{"name": SIMULATED_GPUS_EXTENSION, "extension": True}]
     if helper_image:
-        context["extensions"] = [{"name": HELPER_IMAGES_EXTENSION, "extension": {READER: helper_image}}]
+        context["extensions"].append({"name": HELPER_IMAGES_EXTENSION, "extension": {READER: helper_image}})
     data["contexts"] = _upsert(data.get("contexts"), CONTEXT, "context", context)
     if set_current or not data.get("current-context"):
         data["current-context"] = CONTEXT

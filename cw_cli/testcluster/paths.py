@@ -54,6 +54,7 @@ class Versions(Struct, frozen=True):
     kwok: str
     kueue: str = ""  # optional component (cw cluster up --kueue)
     jobset: str = ""  # optional component, started with Kueue
+    coredns: str = ""  # the real node's cluster DNS
 
 
 def load_versions() -> Versions:
@@ -69,7 +70,7 @@ def load_versions() -> Versions:
     try:
         return Versions(
             values["KUBERNETES_VERSION"], values["ETCD_VERSION"], values["KWOK_VERSION"],
-            values.get("KUEUE_VERSION", ""), values.get("JOBSET_VERSION", ""),
+            values.get("KUEUE_VERSION", ""), values.get("JOBSET_VERSION", ""), values.get("COREDNS_VERSION", ""),
         )
     except KeyError as e:
         raise TestClusterError(f"{path}: missing {e.args[0]}") from None

@@ -22,7 +22,7 @@ STATE_FILE = "cluster.json"
 # Start order; stop order is the reverse (a real node's containerd starts first and stops last:
 # the kubelet stops before it, and its containers are removed through it).
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-COMPONENTS = ("containerd-0", *CONTROL_PLANE, "kubelet-0", "kube-proxy-0")
+COMPONENTS = ("containerd-0", *CONTROL_PLANE, "coredns", "kubelet-0", "kube-proxy-0")
 
 
 class RealNodeImages(Struct, frozen=True):

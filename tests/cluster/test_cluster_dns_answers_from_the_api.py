@@ -21,6 +21,7 @@ import time
 import pytest
 
 from cw_cli.testcluster import api, procs
+from cw_cli.testcluster.build import binary_paths
 from cw_cli.testcluster.launcher import Launcher, free_ports
 from cw_cli.testcluster.pki import load_pki
 from cw_cli.testcluster.realnode import dns
@@ -74,7 +75,7 @@ def query(server: tuple[str, int], name: str, qtype: int = A, tcp: bool = False,
 @pytest.fixture(scope="module")
 def coredns(kube_cluster, tmp_path_factory):
     """(server address, whether it reads the API as system:coredns on a cluster this session owns)."""
-    binary = dns.binary_path()
+    binary = binary_paths().coredns
     if not os.access(binary, os.X_OK):
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI builds CoreDNS (tools/build.sh all) but {binary} is not there", pytrace=False)

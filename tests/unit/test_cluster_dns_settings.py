@@ -14,6 +14,8 @@ import pytest
 from unit_helpers import REPO
 
 from cw_cli.testcluster import argv
+from cw_cli.testcluster.build import binary_paths
+from cw_cli.testcluster.paths import load_versions
 from cw_cli.testcluster.realnode import dns, network, settings
 
 TOOLS = REPO / "tools"
@@ -178,10 +180,11 @@ def test_each_object_is_created_at_its_collection():
 
 def test_the_build_pins_the_version_the_cluster_looks_for(tmp_path: Path, monkeypatch):
     go_mod = (TOOLS / "coredns" / "go.mod").read_text(encoding="utf-8")
-    assert f"\nrequire github.com/coredns/coredns {dns.version()}\n" in go_mod
+    version = load_versions().coredns
+    assert version and f"\nrequire github.com/coredns/coredns {version}\n" in go_mod
     build = (TOOLS / "build.sh").read_text(encoding="utf-8")
     all_line = next(line for line in build.splitlines() if line.strip().startswith("all)"))
     assert "build_coredns" in all_line  # CI's `tools/build.sh all` builds it
     assert '"${cache}/coredns-${COREDNS_VERSION}"' in build
     monkeypatch.setenv("CW_CACHE_DIR", str(tmp_path))
-    assert dns.binary_path() == tmp_path / "bin" / f"coredns-{dns.version()}" / "coredns"
+    assert binary_paths().coredns == tmp_path / "bin" / f"coredns-{version}" / "coredns"

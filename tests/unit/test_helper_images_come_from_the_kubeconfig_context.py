@@ -9,7 +9,7 @@ import yaml
 
 from cw_cli.client import kubeconfig as kc
 from cw_cli.client.connection import Kube
-from cw_cli.client.credentials import HELPER_IMAGES_EXTENSION
+from cw_cli.client.credentials import HELPER_IMAGES_EXTENSION, SIMULATED_GPUS_EXTENSION
 from cw_cli.client.transport import Transport
 from cw_cli.render.helper_pods import READER_IMAGE, reader_manifest
 from cw_cli.testcluster.kubeconfig import merge_user_kubeconfig
@@ -59,13 +59,25 @@ def test_a_bad_extension_is_refused_naming_the_context(tmp_path, extension, says
     assert "context 'x'" in str(raised.value)
 
 
-def test_cw_cluster_up_writes_the_extension_only_with_a_real_node(tmp_path):
+def test_cw_cluster_up_writes_the_images_only_with_a_real_node_and_always_says_the_gpus_are_simulated(tmp_path):
     for name in ("ca", "cert", "key"):
         (tmp_path / name).write_bytes(b"pem")
     path = tmp_path / "kubeconfig"
     merge_user_kubeconfig(path, "https://172.30.250.1:1", tmp_path / "ca", tmp_path / "cert", tmp_path / "key",
                           helper_image="cw.local/cw-runtime:py311-abc")  # fmt: skip
     context = yaml.safe_load(path.read_text())["contexts"][0]["context"]
-    assert context["extensions"] == [{"name": HELPER_IMAGES_EXTENSION, "extension": {"reader": "cw.local/cw-runtime:py311-abc"}}]
+    simulated = {"name": SIMULATED_GPUS_EXTENSION, "extension": True}
+    assert context["extensions"] == [simulated, {"name": HELPER_IMAGES_EXTENSION, "extension": {"reader": "cw.local/cw-runtime:py311-abc"}}]
+    assert kc.load(path).simulated_gpus and dict(kc.load(path).helper_images) == {"reader": "cw.local/cw-runtime:py311-abc"}
     merge_user_kubeconfig(path, "https://127.0.0.1:1", tmp_path / "ca", tmp_path / "cert", tmp_path / "key")
-    assert "extensions" not in yaml.safe_load(path.read_text())["contexts"][0]["context"]
+    assert yaml.safe_load(path.read_text())["contexts"][0]["context"]["extensions"] == [simulated]
+
+
+@pytest.mark.parametrize("value", ["true", 1, None, {"a": 1}])
+def test_a_simulated_gpus_extension_that_is_not_a_boolean_is_refused(tmp_path, value):
+    with pytest.raises(kc.KubeconfigError, match="not true or false"):
+        kc.load(_kubeconfig(tmp_path, [{"name": SIMULATED_GPUS_EXTENSION, "extension": value}]))
+
+
+def test_a_context_without_the_extension_has_real_gpus(tmp_path):
+    assert kc.load(_kubeconfig(tmp_path, [])).simulated_gpus is False

@@ -72,9 +72,23 @@ def test_malformed_arguments_stop_with_the_usage(tmp_path, args):
 
 
 def test_satisfied_requirements_install_offline_then_the_command_runs(tmp_path):
-    out = _cw_pip(tmp_path, "pyyaml", "--", sys.executable, "-c", "import yaml; print('ran', yaml.__name__)")
+    out = _cw_pip(tmp_path, "pyyaml>=1", "--", sys.executable, "-c", "import yaml; print('ran', yaml.__name__)")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("ran yaml") and "already satisfied" in out.stdout.lower()
+
+
+def test_exact_pins_already_installed_skip_pip_so_an_image_without_pip_starts(tmp_path):
+    """An image with the pinned packages baked in and no pip (cw's test-cluster image) runs the
+    command: the exact pin is checked against the installed distribution, pip is never called."""
+    from importlib import metadata
+
+    pin = f"PyYAML=={metadata.version('pyyaml')}"
+    env = {"PIP_INDEX_URL": "http://127.0.0.1:9/never"}  # any pip call that needs an index fails at once
+    out = _cw_pip(tmp_path, pin, "--", sys.executable, "-c", "print('ran')", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "installed already" in out.stderr and "ensuring" not in out.stderr
+    wrong = _cw_pip(tmp_path, "PyYAML==0.0.1", "--", sys.executable, "-c", "print('ran')", env=env)
+    assert "ensuring PyYAML==0.0.1" in wrong.stderr and "ran" not in wrong.stdout
 
 
 def test_a_failed_install_stops_before_the_command(tmp_path):
@@ -93,7 +107,7 @@ def test_check_mode_installs_nothing_and_names_the_pip_command(tmp_path):
     out = _cw_pip(tmp_path, "pyyaml", "cw-no-such-package==0.0.0", "--", sys.executable, "-c",
                   f"open({str(marker)!r}, 'w')", env={"CW_PIP_CHECK": "1"})
     assert out.returncode == 1 and not marker.exists()
-    assert "-m pip install pyyaml cw-no-such-package==0.0.0" in out.stderr
+    assert "-m pip install cw-no-such-package==0.0.0" in out.stderr  # only what is missing
 
 
 def test_local_runs_only_check_requirements(tmp_path):

@@ -1,12 +1,14 @@
 """Every pod cw renders is one a cluster admin accepts: each container has CPU and memory
 requests (no BestEffort server), no privilege escalation, no capabilities, the runtime's seccomp
-profile; only the server keeper carries an API token; the servers admit only the run's pods."""
+profile; only the server keeper and the evaluation watcher carry an API token; the servers admit only the run's pods."""
 
 from __future__ import annotations
 
 import pytest
 from test_golden_rendering import GOLDEN_CONFIGS
 from unit_helpers import CONFIGS, obj, plan_for, pod_spec
+
+from cw_cli.render.evaluation import WATCH_CONTAINER
 
 SERVICES_TTL = 6 * 3600
 
@@ -36,7 +38,9 @@ def test_every_container_has_requests_and_a_locked_down_security_context(stem, p
             assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}, where
             assert security["seccompProfile"] == {"type": "RuntimeDefault"}, where
             token_mounts = [m for m in container.get("volumeMounts", []) if "serviceaccount" in m["mountPath"]]
-            assert not token_mounts or container["name"] == "keeper", f"{where} mounts an API token"
+            # Only the containers whose job is an API call hold a token: the keeper (its Role reads the
+            # run's objects) and the evaluation watcher (its Role creates the evaluation Jobs).
+            assert not token_mounts or container["name"] in ("keeper", WATCH_CONTAINER), f"{where} mounts an API token"
 
 
 @pytest.mark.parametrize("config,type_name", [("trl-grpo", "grpo"), ("trl-sft", "sft")])

@@ -34,7 +34,7 @@ def test_what_the_test_cluster_reads_from_tools_ships_under_cw_cli_tools():
     shipped = _shipped()
     modules = sorted(p.parent.name for p in TOOLS.glob("*/go.mod"))
     build = (TOOLS / "build.sh").read_text(encoding="utf-8")
-    assert set(modules) <= set(re.findall(r"\b(k8s|etcd|kwok|kueue|jobset|pause)\b", build))  # build.sh builds each
+    assert set(modules) <= set(re.findall(r"\b(k8s|etcd|kwok|kueue|jobset|pause|coredns)\b", build))  # build.sh builds each
     for path in ["tools/versions.env", "tools/build.sh", *(f"tools/{m}/go.mod" for m in modules)]:
         assert _under(path, shipped), path
     assert all(target.startswith("cw_cli/tools/") for source, target in shipped.items() if source.startswith("tools"))

@@ -24,28 +24,20 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
-from cw_cli.cache import cache_dir
-
 from .. import api
-from ..errors import TestClusterError
 from ..kubeconfig import component_kubeconfig, write_yaml
-from ..paths import tools_dir
 from ..pki import issue_from_ca
-from .network import SERVICE_NET, api_address
+from .network import CLUSTER_DNS_IP, CLUSTER_DOMAIN, api_address
 
 if TYPE_CHECKING:
     from cw_cli.client.connection import Kube
 
     from ..launcher import Launcher
 
-CLUSTER_DOMAIN = "cluster.local"
 #: What CoreDNS answers for: Service names and the reverse zones (Services' PTR records).
 ZONES = (CLUSTER_DOMAIN, "in-addr.arpa", "ip6.arpa")
 NAMESPACE = "kube-system"
 SERVICE = "kube-dns"
-#: The tenth address of the Services' range, as kubeadm chooses: 10.96.0.10. It lies in the range's
-#: low band, which the API server hands out only when asked by address, so no Service takes it first.
-CLUSTER_DNS_IP = str(ipaddress.ip_network(SERVICE_NET)[10])
 DNS_PORT = 53
 #: The user CoreDNS reads Services, EndpointSlices and Namespaces as.
 USER = "system:coredns"
@@ -81,25 +73,6 @@ def listen_address() -> str:
 def kubelet_settings() -> dict[str, Any]:
     """The KubeletConfiguration fields that give ClusterFirst pods this DNS and its search domains."""
     return {"clusterDNS": [CLUSTER_DNS_IP], "clusterDomain": CLUSTER_DOMAIN}
-
-
-def version() -> str:
-    """The pinned CoreDNS version (``COREDNS_VERSION`` in ``tools/versions.env``).
-
-    Raises:
-        TestClusterError: versions.env does not pin it.
-    """
-    path = tools_dir() / "versions.env"
-    for line in path.read_text().splitlines():
-        key, _, value = line.strip().partition("=")
-        if key.strip() == "COREDNS_VERSION" and value.strip():
-            return value.strip().strip('"')
-    raise TestClusterError(f"{path}: missing COREDNS_VERSION")
-
-
-def binary_path(cache: Path | None = None) -> Path:
-    """Where ``tools/build.sh coredns`` puts the binary of the pinned version (built or not)."""
-    return (cache or cache_dir()) / "bin" / f"coredns-{version()}" / "coredns"
 
 
 def _check_address(address: str) -> str:
@@ -291,7 +264,7 @@ def create_objects(kube: Kube, address: str | None = None, port: int = DNS_PORT)
 
 
 __all__ = [
-    "CLUSTER_DNS_IP", "CLUSTER_DOMAIN", "DNS_PORT", "PROCESS", "USER", "ZONES", "DnsFiles", "Listen", "binary_path",
+    "CLUSTER_DNS_IP", "CLUSTER_DOMAIN", "DNS_PORT", "PROCESS", "USER", "ZONES", "DnsFiles", "Listen",
     "corefile", "create_objects", "is_ready", "kubelet_settings", "listen_address", "rbac_manifests",
-    "service_manifests", "start", "version", "write_kubeconfig",
+    "service_manifests", "start", "write_kubeconfig",
 ]  # fmt: skip

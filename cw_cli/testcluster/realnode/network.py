@@ -26,6 +26,12 @@ from msgspec import Struct
 from ..argv import POD_CIDR as FAKE_POD_NET
 from ..argv import SERVICE_CIDR as SERVICE_NET
 
+CLUSTER_DOMAIN = "cluster.local"
+#: The cluster DNS Service's address (realnode/dns.py): the tenth of the Services' range, as kubeadm
+#: chooses (10.96.0.10). It lies in the range's low band, which the API server hands out only when
+#: asked by address, so no Service takes it first.
+CLUSTER_DNS_IP = str(ipaddress.ip_network(SERVICE_NET)[10])
+
 #: The /24 the host ends and node ends of the veth pairs are cut from (one /30 per node).
 LINK_NET = ipaddress.ip_network("172.30.250.0/24")
 #: Real pods' addresses: one /24 per node, apart from KWOK's fake 10.244.0.0/16.

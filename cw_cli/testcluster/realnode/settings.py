@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .network import SERVICE_NET, NodeNet
+from .network import CLUSTER_DNS_IP, CLUSTER_DOMAIN, SERVICE_NET, NodeNet
 
 #: The taint and label of a real node: only pods that tolerate it run there (the KWOK tests'
 #: pods, whose images are never pulled, stay on the fake nodes).
@@ -139,7 +139,9 @@ def kubelet_config(node: NodeNet, *, ca: Path, serving: tuple[Path, Path], runti
                          "imagefs.available": "1%"},  # fmt: skip
         "serializeImagePulls": False,
         "resolvConf": str(resolv_conf),
-        "clusterDomain": "cluster.local",
+        # Cluster DNS: CoreDNS on the veth's host end, through the kube-dns Service (realnode/dns.py).
+        "clusterDNS": [CLUSTER_DNS_IP],
+        "clusterDomain": CLUSTER_DOMAIN,
         "maxPods": 32,
         "podPidsLimit": -1,
         "registerWithTaints": [REAL_NODE_TAINT],
@@ -170,6 +172,7 @@ def kube_proxy_config(node: NodeNet, kubeconfig: Path) -> dict[str, Any]:
 
 
 def resolv_conf() -> str:
-    """A pod's resolv.conf until the cluster has a DNS server: no server, so a lookup of any name
-    (a hub's, say) fails at once instead of waiting on an address outside the machine."""
-    return "# cw test cluster: no name server reachable from a pod\noptions timeout:1 attempts:1\n"
+    """The node's own resolv.conf, which pods with ``dnsPolicy: Default`` get: no server, so a
+    lookup of any name (a hub's, say) fails at once instead of waiting on an address outside the
+    machine. ``ClusterFirst`` pods (the default) get the cluster's DNS instead (kubelet's clusterDNS)."""
+    return "# cw test cluster: no name server outside the cluster\noptions timeout:1 attempts:1\n"

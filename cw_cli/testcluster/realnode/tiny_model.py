@@ -9,6 +9,7 @@ so it imports nothing of cw; the training tests import it for the same model.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 WORDS = (
@@ -83,6 +84,10 @@ def build_policy(out: Any, seed: int = 0) -> None:
     )
     model.save_pretrained(out)
     tok.save_pretrained(out)
+    # safetensors writes its file 0600; in the runtime image, pods of other users (cw serve's server
+    # runs as nobody) load this model too.
+    for saved in Path(out).iterdir():
+        saved.chmod(0o644)
 
 
 if __name__ == "__main__":
