@@ -232,7 +232,13 @@ def create_eval(kube: Kube, facts: ExportFacts, settings: dict[str, Any], chosen
         Conflict: An evaluation of this model exists (running, or kept after it ended).
     """
     name = eval_name(facts.run_name, chosen)
-    if kube.get("Job", name) is not None:
+    existing = kube.get("Job", name)
+    if existing is not None:
+        conditions = (existing.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Complete" and c.get("status") == "True" for c in conditions):
+            # Typically the run's own evaluation of its final model (eval: every_checkpoint).
+            raise Conflict(f"{chosen.label} of run {facts.run_name} is scored already (evaluation {name} succeeded)",
+                           hint=f"its scores: cw artifacts {facts.run_name}; to score it again: kubectl delete job {name}")  # fmt: skip
         raise Conflict(f"an evaluation {name} exists already (running, or kept {EVAL_TTL_HOURS} h after it ended)",
                        hint=f"follow it with cw logs {facts.run_name} --role eval, or delete it: kubectl delete job {name}")  # fmt: skip
     job, config_map = eval_manifests(facts, settings, chosen, resources, requirements=eval_requirements(settings))

@@ -5,6 +5,7 @@ model, best evaluated checkpoint, or a step); the reference becomes that model's
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from cw_cli.after_training.artifacts import read_artifacts
 from cw_cli.client.connection import Kube
@@ -48,4 +49,30 @@ def resolve_ref(kube: Kube, path: Path, ref: RunRef, volume: str | None, *, look
     except ConfigError as exc:
         raise ConfigError([f"{path}: {ref.key}: {ref.text}: {issue.replace(' to download', '')}" for issue in exc.issues],
                           hint=exc.hint or f"`cw artifacts {ref.run}` lists what it has") from None  # fmt: skip
+    if _is_adapter(listing, source.folder):
+        return _merged_model(path, ref, listing, source.label)
     return f"{CHECKPOINT_MOUNT}/{source.folder}"
+
+
+def _is_adapter(listing: dict[str, Any], folder: str) -> bool:
+    entry = next((a for a in listing.get("artifacts") or []
+                  if str(a["path"]).removeprefix(CHECKPOINT_MOUNT + "/") == folder), None)  # fmt: skip
+    return bool(entry and entry.get("adapter"))
+
+
+def _merged_model(path: Path, ref: RunRef, listing: dict[str, Any], label: str) -> str:
+    """The merged export of a LoRA adapter ``ref`` names: the frameworks start from a whole model
+    (TRL's and Axolotl's loaders read the folder's config.json, which an adapter lacks).
+
+    Raises:
+        ConfigError: The adapter has no merged export yet (the hint is the command that makes it).
+    """
+    merged = f"{label}-merged"
+    try:
+        return f"{CHECKPOINT_MOUNT}/{choose_source(listing, f'export:{merged}').folder}"
+    except ConfigError:
+        step = "" if label == "final" else f" --checkpoint {label.removeprefix('checkpoint-')}"
+        raise ConfigError([f"{path}: {ref.key}: {ref.text}: run {ref.run!r} left a LoRA adapter there, and a run starts "
+                           "from a whole model, which it has no merged export of yet"],
+                          hint=f"merge it first: cw export {ref.run}{step} --merge --wait (then launch again: "
+                               f"the reference takes exported/{merged})") from None  # fmt: skip

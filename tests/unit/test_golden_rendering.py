@@ -20,6 +20,7 @@ RUN = "golden-run"
 GOLDEN_CONFIGS = {
     "trl-sft": ("trl", "sft"),
     "test-cluster-sft": ("trl", "sft"),
+    "test-cluster-dpo": ("trl", "dpo"),
     "trl-dpo": ("trl", "dpo"),
     "trl-grpo": ("trl", "grpo"),
     "trl-kto": ("trl", "kto"),

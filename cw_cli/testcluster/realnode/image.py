@@ -33,7 +33,7 @@ RUNTIME_REPO = "cw.local/cw-runtime"
 PAUSE_REPO = "cw.local/pause"
 DEBIAN_SUITE = "bookworm"
 #: Bumped whenever the steps below change what the image holds (it is part of the tag).
-BUILD_STEPS_VERSION = "2"
+BUILD_STEPS_VERSION = "3"
 #: Where the image keeps the pinned packages (Debian's python3 searches it by itself, so a pod's own
 #: PYTHONPATH, such as cw's /etc/cw, adds to it instead of hiding it), and the tiny model
 #: configs/test-cluster-sft.yaml trains.
@@ -113,8 +113,10 @@ def _console_scripts(python_dir: Path, bin_dir: Path) -> None:
             if ep.group == "console_scripts" and ep.name in SCRIPTS:
                 module, _, attr = ep.value.partition(":")
                 script = bin_dir / ep.name
+                # Guarded as pip's own launchers are: a program that starts processes by "spawn"
+                # (transformers serve's model process) re-runs this file in each child.
                 script.write_text(f"#!/usr/bin/python3\nimport sys\nfrom {module} import {attr.split('.')[0]}\n"
-                                  f"sys.exit({attr}())\n")  # fmt: skip
+                                  f"if __name__ == '__main__':\n    sys.exit({attr}())\n")  # fmt: skip
                 script.chmod(0o755)
 
 
