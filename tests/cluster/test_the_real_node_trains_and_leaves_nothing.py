@@ -1,7 +1,10 @@
-"""The test cluster's real node (kubelet, containerd, runc): the README's example trains in a real
-pod, what it wrote is read back through a reader pod and `cw download`, pods reach the API server
-through the `kubernetes` Service and nothing outside the machine, and `cw cluster down` leaves no
-process, mount, network namespace or route behind.
+"""The test cluster's real node (kubelet, containerd, runc): the README's example trains a LoRA
+adapter in a real pod; what it wrote is read back through a reader pod and `cw download`; each
+checkpoint and the final model are scored by evaluation pods whose scores reach `cw artifacts`;
+`cw export --merge`, `cw try` (transformers' server on CPU, through a real port-forward), `cw eval`
+and a DPO run from `run:NAME` work on it as a newcomer types them; pods reach the API server
+through the `kubernetes` Service and each other by name through the cluster's DNS, and nothing
+outside the machine; `cw cluster down` leaves no process, mount, network namespace or route behind.
 
 One run is trained for the whole module (about a minute of CPU); every test reads it.
 """
@@ -92,8 +95,65 @@ def test_a_reader_pod_lists_and_downloads_what_the_trainer_wrote(real_cluster, t
     dest = tmp_path / "model"
     fetched = _cw(real_cluster, "download", RUN, str(dest))
     assert fetched.returncode == 0, fetched.stderr
-    assert (dest / "model.safetensors").stat().st_size > 100_000
-    assert json.loads((dest / "config.json").read_text())["num_hidden_layers"] == 2
+    assert (dest / "adapter_model.safetensors").stat().st_size > 10_000  # the LoRA adapter the reader could read
+    assert json.loads((dest / "adapter_config.json").read_text())["r"] == 8
+
+
+def _scored(real_cluster) -> dict[str, float]:
+    """Each model of the run -> its score, as `cw artifacts -o json` shows them."""
+    listed = _cw(real_cluster, "artifacts", RUN, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    found = {}
+    for item in json.loads(listed.stdout)["artifacts"]:
+        scores = (item.get("scores") or {}).get("scores") or {}
+        if "cw_test_cluster_mc/acc" in scores:
+            found[item["kind"] if item["kind"] == "final" else f"checkpoint-{item['step']}"] = scores["cw_test_cluster_mc/acc"]
+    return found
+
+
+def test_evaluation_pods_score_each_checkpoint_and_the_final_model(real_cluster, trained):
+    assert trained.returncode == 0
+    deadline, scored = time.monotonic() + 420, {}
+    while time.monotonic() < deadline and len(scored) < 3:
+        time.sleep(5)
+        scored = _scored(real_cluster)
+    assert set(scored) == {"checkpoint-20", "checkpoint-40", "final"}, scored
+    assert all(0.0 <= score <= 1.0 for score in scored.values()), scored
+    again = _cw(real_cluster, "eval", RUN)  # what a newcomer types next: the final model is scored already
+    assert again.returncode != 0 and "is scored already" in again.stderr, again.stderr
+    base = _cw(real_cluster, "eval", RUN, "--checkpoint", "base", "--wait", timeout=600)
+    assert base.returncode == 0, base.stdout + base.stderr
+    listed = json.loads(_cw(real_cluster, "artifacts", RUN, "-o", "json").stdout)
+    assert "cw_test_cluster_mc/acc" in (listed["base_scores"] or {}).get("scores", {}), listed["base_scores"]
+
+
+def test_export_merge_try_and_a_dpo_run_from_the_run(real_cluster, trained):
+    assert trained.returncode == 0
+    exported = _cw(real_cluster, "export", RUN, "--merge", "--wait", timeout=600)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    asked = _cw(real_cluster, "try", RUN, "what is the sun", "--max-tokens", "8", timeout=600)
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    assert asked.stdout.strip(), asked.stderr  # the tiny model's words, through a real port-forward
+    dpo = _cw(real_cluster, "trl", "dpo", "configs/test-cluster-dpo.yaml", "--set", f"model_name_or_path=run:{RUN}",
+              "--wait", "--name", f"{RUN}-dpo", timeout=900)  # fmt: skip
+    said = dpo.stdout + dpo.stderr
+    assert dpo.returncode == 0 and f"run {RUN}-dpo succeeded" in said, said
+    assert f"/checkpoints/{RUN}/exported/final-merged" in said, said  # the adapter's merged export
+    logs = _cw(real_cluster, "logs", f"{RUN}-dpo").stdout
+    assert "'loss'" in logs, logs[-3000:]
+
+
+def test_a_trainer_over_its_memory_limit_is_oom_killed_by_the_kernel_and_cw_status_says_so(real_cluster, trained):
+    """A real cgroup limit, a real OOM kill reported by the kubelet (no stand-in's annotation)."""
+    assert trained.returncode == 0
+    name = f"{RUN}-oom"
+    launched = _cw(real_cluster, "trl", "sft", "configs/test-cluster-sft.yaml", "--gpu", "1", "--name", name,
+                   "--set", "memory=160Mi", "--set", "backoff_limit=0", "--set", "eval=null", "--wait", timeout=300)  # fmt: skip
+    assert launched.returncode != 0, launched.stdout  # torch alone needs more than 160Mi
+    status = _cw(real_cluster, "status", name)
+    said = " ".join(status.stdout.split())
+    assert "OOMKilled (trainer)" in said and "more memory than its limit of 160Mi" in said, said
+    _cw(real_cluster, "delete", name)
 
 
 _PROBE = """
@@ -103,6 +163,7 @@ sa = "/var/run/secrets/kubernetes.io/serviceaccount"
 context = ssl.create_default_context(cafile=sa + "/ca.crt")
 request = urllib.request.Request(f"https://{host}:{port}/version", headers={"Authorization": "Bearer " + open(sa + "/token").read()})
 print("api", host, json.load(urllib.request.urlopen(request, context=context, timeout=10))["gitVersion"], flush=True)
+print("dns", socket.gethostbyname("kubernetes.default"), flush=True)  # a Service by name, through the search list
 start = time.monotonic()
 try:
     socket.getaddrinfo("huggingface.co", 443)
@@ -145,8 +206,9 @@ def test_pods_reach_the_api_server_by_its_service_and_nothing_leaves_the_machine
     phase, log = _run_pod(real_cluster, "network-probe", ["python3", "-c", _PROBE])
     assert phase == "Succeeded", log
     assert re.search(r"^api 10\.96\.0\.1 v1\.\d+\.\d+$", log, re.M), log  # in-cluster config, through kube-proxy
+    assert re.search(r"^dns 10\.96\.0\.1$", log, re.M), log  # CoreDNS, through the kube-dns Service
     failed_after = re.search(r"^lookup failed after ([0-9.]+)$", log, re.M)
-    assert failed_after and float(failed_after.group(1)) < 2.0, log  # no name server: fails at once
+    assert failed_after and float(failed_after.group(1)) < 2.0, log  # no forwarding: a hub's name fails at once
     assert "fake pod unreachable" in log, log
     counts = leak_counter()
     assert counts and all(n == 0 for n in counts.values()), counts
