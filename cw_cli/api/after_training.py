@@ -148,6 +148,13 @@ class AfterTraining:
             raise ConfigError([f"--gpu {gpu}: expected 0 to 64"])
         return start_server(self.session.kube, self.name, str(checkpoint), parse_duration(ttl, "--ttl"), gpu, engine)
 
+    def served_name(self) -> str | None:
+        """The model name requests to the run's server give: the run's on vLLM, none on
+        transformers' server (pinned to its one model)."""
+        from cw_cli.after_training.serving import served_name
+
+        return served_name(self.session.kube, f"{self.name}-{SERVE}", self.name)
+
     def server_manifests(self, *, checkpoint: str = "final", ttl: str = "2h", gpu: int = 1,
                          engine: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
         """The server Pod and Service :meth:`serve` would create (``cw serve --dry-run``), created

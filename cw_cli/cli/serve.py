@@ -54,14 +54,16 @@ def serve_command(
         _check_port_free(forward_port)  # before the server exists: it would live its whole lifetime for nothing
     name = session.run(run).serve(checkpoint=checkpoint, ttl=ttl, gpu=gpu, engine=engine)
     say(f"server {click.style(name, bold=True)} starting (ends after {printable(ttl)}; sooner: kubectl delete pod {name})")
+    served = session.run(run).served_name()
+    model = f"with model {served!r}" if served else "(its one model: name none)"
     if forward_port is None:
         say(f"reach it: kubectl port-forward -n {session.namespace} svc/{name} 8000:8000, then "
-            f"POST http://localhost:8000/v1/chat/completions with model {run!r} (or cw serve ... --forward 8000)")  # fmt: skip
+            f"POST http://localhost:8000/v1/chat/completions {model} (or cw serve ... --forward 8000)")  # fmt: skip
         return
 
     def listening(port: int) -> None:
-        say(f"forwarding 127.0.0.1:{port} to {name}: POST http://127.0.0.1:{port}/v1/chat/completions with model "
-            f"{run!r}; Ctrl-C stops forwarding (the server lives on until its end)")  # fmt: skip
+        say(f"forwarding 127.0.0.1:{port} to {name}: POST http://127.0.0.1:{port}/v1/chat/completions {model}; "
+            "Ctrl-C stops forwarding (the server lives on until its end)")  # fmt: skip
 
     try:
         session.run(run).forward(forward_port, timeout=timeout, progress=lambda line: say(printable(line)),
