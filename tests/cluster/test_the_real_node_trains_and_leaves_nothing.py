@@ -156,6 +156,51 @@ def test_a_trainer_over_its_memory_limit_is_oom_killed_by_the_kernel_and_cw_stat
     _cw(real_cluster, "delete", name)
 
 
+def _admin(real_cluster):
+    from cw_cli.testcluster import api
+    from cw_cli.testcluster.pki import load_pki
+
+    return api.admin_client(real_cluster.info.server, load_pki(real_cluster.state_dir / "pki"))
+
+
+def test_a_deleted_trainer_pod_saves_where_it_was_and_the_jobs_next_pod_resumes_there(real_cluster, trained):
+    """A warned fault as a cluster delivers it: the pod deleted with its grace period, the kubelet's
+    SIGTERM to PID 1, a checkpoint at the next step end, exit 143 (not counted), and the Job's next
+    pod resumes from that checkpoint."""
+    assert trained.returncode == 0
+    name = f"{RUN}-warned"
+    launched = _cw(real_cluster, "trl", "sft", "configs/test-cluster-sft.yaml", "--gpu", "1", "--name", name,
+                   "--set", "max_steps=300", "--set", "save_steps=1000", "--set", "logging_steps=1", "--set", "eval=null")  # fmt: skip
+    assert launched.returncode == 0, launched.stderr
+    kube = _admin(real_cluster)
+    try:
+        selector = f"batch.kubernetes.io/job-name={name}-trainer"
+        deadline, first, seen = time.monotonic() + 240, None, 0
+        while time.monotonic() < deadline and seen < 3:  # training, past its first steps
+            pods = kube.request("GET", "/api/v1/namespaces/default/pods", query={"labelSelector": selector}, what="pods")["items"]
+            first = pods[0]["metadata"]["name"] if pods else None
+            if first:
+                log = _cw(real_cluster, "logs", name).stdout
+                seen = len(re.findall(r"'loss': '", log))
+            time.sleep(1)
+        assert first and seen >= 3, f"the trainer never logged 3 steps: {seen}"
+        kube.request("DELETE", f"/api/v1/namespaces/default/pods/{first}", body={"gracePeriodSeconds": 60}, what="delete")
+        deadline, state = time.monotonic() + 420, ""
+        while time.monotonic() < deadline and state not in ("Complete", "Failed"):
+            job = kube.request("GET", f"/apis/batch/v1/namespaces/default/jobs/{name}-trainer", what="job")
+            state = next((c["type"] for c in job["status"].get("conditions", []) if c["status"] == "True"
+                          and c["type"] in ("Complete", "Failed")), "")  # fmt: skip
+            time.sleep(2)
+    finally:
+        kube.close()
+    assert state == "Complete", state  # the warned stop was not counted as a failure
+    logs = _cw(real_cluster, "logs", name).stdout + _cw(real_cluster, "logs", name).stderr
+    resumed = re.search(r"resuming from checkpoint \S+/checkpoint-(\d+)", logs)
+    assert resumed and int(resumed.group(1)) >= seen, logs[-3000:]  # saved where it was: at most the step under way lost
+    assert int(resumed.group(1)) % 1000, resumed.group(0)  # the warned checkpoint, not a periodic one
+    _cw(real_cluster, "delete", name)
+
+
 _PROBE = """
 import json, os, socket, ssl, time, urllib.request
 host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
