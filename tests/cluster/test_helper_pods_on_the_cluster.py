@@ -57,7 +57,7 @@ def test_artifacts_and_serve_run_in_a_namespace_that_enforces_restricted(kube_ap
     _route_exec(kube_api, namespace, "arts-reader", tmp_path / "volume")
     listed = run_cw(cw_env, "artifacts", "arts", "-n", namespace, timeout=180)
     assert listed.returncode == 0, listed.stderr
-    served = run_cw(cw_env, "serve", "arts", "--gpu", "0", "-n", namespace, timeout=180)
+    served = run_cw(cw_env, "serve", "arts", "--gpu", "0", "--engine", "vllm", "-n", namespace, timeout=180)
     assert served.returncode == 0, served.stderr
     assert client.CoreV1Api(kube_api).read_namespaced_pod("arts-serve", namespace).spec.security_context.run_as_non_root
 

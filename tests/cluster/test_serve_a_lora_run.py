@@ -48,7 +48,7 @@ def test_serve_runs_vllm_on_the_base_with_the_runs_adapter(kube_api, namespace, 
     final = next(a for a in json.loads(listed.stdout)["artifacts"] if a["kind"] == "final")
     assert final["adapter"] is True and final["model"]["base"] == BASE and final["model"]["lora_rank"] == 12
 
-    dry = run_cw(user, "serve", "lora", "--gpu", "2", "--dry-run", "-n", namespace, timeout=180)
+    dry = run_cw(user, "serve", "lora", "--gpu", "2", "--engine", "vllm", "--dry-run", "-n", namespace, timeout=180)
     assert dry.returncode == 0, dry.stderr
     pod, service = [doc for doc in yaml.safe_load_all(dry.stdout) if doc]
     assert pod["kind"] == "Pod" and service["kind"] == "Service"
@@ -56,10 +56,11 @@ def test_serve_runs_vllm_on_the_base_with_the_runs_adapter(kube_api, namespace, 
     core = client.CoreV1Api(kube_api)
     assert core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=serve").items == []
 
-    started = run_cw(user, "serve", "lora", "--gpu", "2", "-n", namespace, timeout=180)
+    started = run_cw(user, "serve", "lora", "--gpu", "2", "--engine", "vllm", "-n", namespace, timeout=180)
     assert started.returncode == 0, started.stderr
     created = core.read_namespaced_pod("lora-serve", namespace)
     container = created.spec.containers[0]
     assert container.command == LORA_ARGS == pod["spec"]["containers"][0]["command"]
-    assert container.resources.requests == {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}
+    # 4 CPUs and 16Gi per GPU, at most what the run's trainer asked for (SFT_CONFIG: 4 and 16Gi).
+    assert container.resources.requests == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2"}
     assert created.spec.security_context.run_as_non_root is True and created.spec.security_context.run_as_user == 2000

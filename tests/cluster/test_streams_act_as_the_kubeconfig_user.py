@@ -89,7 +89,7 @@ def test_port_forward_goes_as_the_impersonated_user(kube_cluster, kube_api, name
     exec_rule = {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]}
     _role(kube_api, namespace, "carol", [*BESIDES_STREAMS, exec_rule])
     carol = {**cw_env, "KUBECONFIG": str(_as(kube_cluster, tmp_path, "carol"))}
-    refused = run_cw(carol, "try", "arts", "What is 2 + 2?", "-n", namespace, "--timeout", "120", timeout=240)
+    refused = run_cw(carol, "try", "arts", "What is 2 + 2?", "--engine", "vllm", "-n", namespace, "--timeout", "120", timeout=240)
     assert refused.returncode == 7, refused.stderr
     assert "forbidden" in refused.stderr and "pods/portforward" in refused.stderr and "Traceback" not in refused.stderr
     assert client.CoreV1Api(kube_api).list_namespaced_pod(namespace, label_selector="app.kubernetes.io/component=serve").items == [] or all(
@@ -98,7 +98,7 @@ def test_port_forward_goes_as_the_impersonated_user(kube_cluster, kube_api, name
 
     _role(kube_api, namespace, "carol", [*BESIDES_STREAMS, exec_rule,
                                          {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["create", "get"]}])  # fmt: skip
-    answered = run_cw(carol, "try", "arts", "What is 2 + 2?", "-n", namespace, "--timeout", "120", timeout=240)
+    answered = run_cw(carol, "try", "arts", "What is 2 + 2?", "--engine", "vllm", "-n", namespace, "--timeout", "120", timeout=240)
     assert answered.returncode == 0, answered.stderr
     assert "four, said the model" in answered.stdout
 

@@ -72,7 +72,7 @@ def test_try_asks_the_runs_model_through_a_port_forward_and_removes_the_server(k
     launcher, cw_env = as_documented_roles("read-only", "launch"), as_documented_roles("read-only", "after-training")
     _launch(kube_api, namespace, launcher, tmp_path)
     _route_port_forward(kube_api, namespace, chat_server.server_address[1])
-    result = run_cw(cw_env, "try", "arts", "what is two plus two?", "--checkpoint", "export:final-merged", "--gpu", "0",
+    result = run_cw(cw_env, "try", "arts", "what is two plus two?", "--checkpoint", "export:final-merged", "--gpu", "0", "--engine", "vllm",
                     "--timeout", "120", "-n", namespace, timeout=240)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "four, said the model"
@@ -87,7 +87,7 @@ def test_serve_starts_a_server_that_ends_at_its_lifetime(kube_api, namespace, as
     # As a user bound to the shipped Roles only (docs/rbac-*.yaml): one launches, one uses the model.
     launcher, cw_env = as_documented_roles("read-only", "launch"), as_documented_roles("read-only", "after-training")
     _launch(kube_api, namespace, launcher, tmp_path)
-    started = run_cw(cw_env, "serve", "arts", "--ttl", "2h", "--gpu", "0", "-n", namespace, timeout=180)
+    started = run_cw(cw_env, "serve", "arts", "--ttl", "2h", "--gpu", "0", "--engine", "vllm", "-n", namespace, timeout=180)
     assert started.returncode == 0, started.stderr
     assert f"kubectl port-forward -n {namespace} svc/arts-serve 8000:8000" in started.stderr
     core = client.CoreV1Api(kube_api)
@@ -98,7 +98,7 @@ def test_serve_starts_a_server_that_ends_at_its_lifetime(kube_api, namespace, as
     assert volume.claim_name == "ckpts" and volume.read_only is True
     service = core.read_namespaced_service("arts-serve", namespace)
     assert service.metadata.owner_references[0].name == "arts-serve"
-    again = run_cw(cw_env, "serve", "arts", "-n", namespace, timeout=180)
+    again = run_cw(cw_env, "serve", "arts", "--engine", "vllm", "-n", namespace, timeout=180)
     assert again.returncode == 5 and "has a server already" in again.stderr
     assert run_cw(cw_env, "serve", "arts", "--checkpoint", "77", "-n", namespace, timeout=180).returncode == 2
 
@@ -119,7 +119,7 @@ def test_serve_forward_makes_the_server_reachable_here_until_ctrl_c(kube_api, na
     _launch(kube_api, namespace, launcher, tmp_path)
     _route_port_forward(kube_api, namespace, chat_server.server_address[1])
     process = subprocess.Popen(
-        [sys.executable, "-m", "cw_cli", "serve", "arts", "--gpu", "0", "--forward", "0", "--timeout", "120",
+        [sys.executable, "-m", "cw_cli", "serve", "arts", "--gpu", "0", "--engine", "vllm", "--forward", "0", "--timeout", "120",
          "-n", namespace], env=cw_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip

@@ -60,7 +60,7 @@ def test_sigterm_while_try_waits_deletes_the_server(kube_api, namespace, as_docu
     _launch(kube_api, namespace, launcher, tmp_path)
     _route_port_forward(kube_api, namespace, stand_in.server_address[1])
     _SlowOrFailing.mode = "slow"
-    process = subprocess.Popen([sys.executable, "-m", "cw_cli", "try", "arts", "hi?", "--gpu", "0", "--timeout", "120",
+    process = subprocess.Popen([sys.executable, "-m", "cw_cli", "try", "arts", "hi?", "--gpu", "0", "--engine", "vllm", "--timeout", "120",
                                 "-n", namespace], env=cw_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     said = []
     for line in process.stderr:  # type: ignore[union-attr]
@@ -80,7 +80,7 @@ def test_a_server_answering_500_is_exit_1_in_one_line(kube_api, namespace, as_do
     _launch(kube_api, namespace, launcher, tmp_path)
     _route_port_forward(kube_api, namespace, stand_in.server_address[1])
     _SlowOrFailing.mode = "fail"
-    result = run_cw(cw_env, "try", "arts", "hi?", "--gpu", "0", "--timeout", "120", "-n", namespace, timeout=240)
+    result = run_cw(cw_env, "try", "arts", "hi?", "--gpu", "0", "--engine", "vllm", "--timeout", "120", "-n", namespace, timeout=240)
     assert result.returncode == 1, result.stderr
     assert "HTTP 500" in result.stderr and "CUDA out of memory" in result.stderr and "Traceback" not in result.stderr
     assert _servers(kube_api, namespace) == []
@@ -92,7 +92,7 @@ def test_forward_on_a_taken_port_starts_no_server(kube_api, namespace, as_docume
     taken = socket.create_server(("127.0.0.1", 0))
     try:
         port = taken.getsockname()[1]
-        result = run_cw(cw_env, "serve", "arts", "--gpu", "0", "--forward", str(port), "-n", namespace, timeout=180)
+        result = run_cw(cw_env, "serve", "arts", "--gpu", "0", "--engine", "vllm", "--forward", str(port), "-n", namespace, timeout=180)
         assert result.returncode == 2, result.stderr
         assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
         assert _servers(kube_api, namespace) == []
