@@ -53,13 +53,11 @@ SERVE_SHM = "16Gi"
 #: serve`` (OpenAI-compatible too) on CPU, in the run's own image: where a cluster's GPUs are
 #: simulated (the test cluster), or asked for with ``--engine transformers``.
 VLLM_ENGINE, TRANSFORMERS_ENGINE = "vllm", "transformers"
-ENGINES = (VLLM_ENGINE, TRANSFORMERS_ENGINE)
 #: The label saying which server a serve pod runs (``cw try`` asks each in its own way).
 ENGINE_LABEL = "cw-cli.dev/serve-engine"
 #: transformers' server runs as nobody (any image: no user of its own is needed), with its caches
 #: in /tmp, which every image has writable.
-TRANSFORMERS_SERVE_ENV = [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf-home"},
-                          {"name": "HF_HUB_OFFLINE", "value": "1"}]  # fmt: skip
+TRANSFORMERS_SERVE_ENV = [{"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf-home"}]
 
 
 def restricted_pod_security(user: int) -> dict[str, Any]:
@@ -296,7 +294,7 @@ class ServeSpec(Struct, frozen=True):
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     env: list[dict[str, Any]] = field(default_factory=list)
     engine: str = VLLM_ENGINE
-    image: str = VLLM_IMAGE
+    image: str = ""
     trainer_requests: dict[str, Any] = field(default_factory=dict)
 
 
