@@ -19,7 +19,7 @@ from typing import Any
 
 from cw_cli.after_training.helper_pods import wait_running
 from cw_cli.client.connection import Kube
-from cw_cli.errors import Conflict, CwError, ExitCode
+from cw_cli.errors import ConfigError, Conflict, CwError, ExitCode
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.k8s.run_facts import claims_of, trainer_of
 from cw_cli.labels import SERVE, TRAINER
@@ -41,8 +41,14 @@ SERVE_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_ENDPOINT")
 
 def engine_for(kube: Kube, engine: str | None, gpu: int) -> str:
     """The server to start: ``engine`` where the user named one; else transformers' on CPU where
-    there is no GPU to use (``--gpu 0``, or a cluster whose GPUs are simulated), else vLLM."""
+    there is no GPU to use (``--gpu 0``, or a cluster whose GPUs are simulated), else vLLM.
+
+    Raises:
+        ConfigError: An engine cw does not know.
+    """
     if engine:
+        if engine not in (VLLM_ENGINE, TRANSFORMERS_ENGINE):
+            raise ConfigError([f"--engine {engine[:40]!r}: expected {VLLM_ENGINE} or {TRANSFORMERS_ENGINE}"])
         return engine
     return TRANSFORMERS_ENGINE if gpu == 0 or kube.simulated_gpus else VLLM_ENGINE
 

@@ -71,6 +71,11 @@ def test_the_server_is_vllm_only_where_there_is_a_gpu_to_use(simulated, asked, g
     assert engine_for(_Kube(simulated), asked, gpu) == expected  # type: ignore[arg-type]
 
 
+def test_an_unknown_engine_is_refused():
+    with pytest.raises(ConfigError, match="expected vllm or transformers"):
+        engine_for(_Kube(False), "sglang", 1)  # type: ignore[arg-type]
+
+
 def _spec(model: ServedModel, engine: str) -> ServeSpec:
     return ServeSpec(run_name="my-sft", run_labels={}, claim="checkpoints", model=model, lifetime_s=600, gpus=1,
                      engine=engine, image="cw.local/cw-runtime:py311-x", trainer_requests={"cpu": "1500m", "memory": "6Gi"})  # fmt: skip
