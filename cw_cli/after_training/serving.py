@@ -19,7 +19,7 @@ from typing import Any
 
 from cw_cli.after_training.helper_pods import wait_running
 from cw_cli.client.connection import Kube
-from cw_cli.errors import ConfigError, Conflict, CwError, ExitCode
+from cw_cli.errors import ConfigError, Conflict, CwError, ExitCode, WaitTimeout
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT
 from cw_cli.k8s.run_facts import claims_of, trainer_of
 from cw_cli.labels import SERVE, TRAINER
@@ -134,7 +134,6 @@ def wait_ready_or_say_why(kube: Kube, name: str, timeout_s: float) -> None:
         Conflict: Another pod holds the run's volume.
         WaitTimeout: Not Ready in time, or it ended (with its log's last lines).
     """
-    from cw_cli.errors import WaitTimeout
     from cw_cli.k8s.queries import read_log_tail
 
     try:

@@ -54,11 +54,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "serve": (
         "cw_cli.cli.serve:serve_command",
-        "Serve a run's model with vLLM for a while, reachable through the API server.",
+        "Serve a run's model (vLLM, or transformers on CPU) for a while, reachable through the API server.",
     ),
     "try": (
         "cw_cli.cli.serve:try_command",
-        "Ask a run's model one question (a vLLM server is started on it, asked and stopped).",
+        "Ask a run's model one question (a server is started on it, asked and stopped).",
     ),
     "export": (
         "cw_cli.cli.export:export_command",

@@ -115,8 +115,9 @@ def served_name(spec: dict[str, Any], model: str) -> str:
 
 
 def vf_eval_command(spec: dict[str, Any], environment: str, model: str, port: int) -> list[str]:
-    """vf-eval's command line for one environment against the local server serving ``model``."""
-    command = ["vf-eval", environment, "--model", served_name(spec, model), "--api-base-url", f"http://127.0.0.1:{port}/v1",
+    """vf-eval's command line for one environment against the local server serving ``model``: the
+    environment last, after ``--``, so that no name (``--env-args``, say) is ever read as a flag."""
+    command = ["vf-eval", "--model", served_name(spec, model), "--api-base-url", f"http://127.0.0.1:{port}/v1",
                "--api-key-var", API_KEY_ENV, "--save-results"]  # fmt: skip
     if spec.get("num_examples") is not None:
         command += ["--num-examples", str(int(spec["num_examples"]))]
@@ -128,7 +129,7 @@ def vf_eval_command(spec: dict[str, Any], environment: str, model: str, port: in
     arguments = arguments.get(environment) if isinstance(arguments, dict) else None
     if isinstance(arguments, dict) and arguments:  # load_environment's keyword arguments, as the trainer gives them
         command += ["--env-args", json.dumps(arguments, sort_keys=True)]
-    return command
+    return [*command, "--", environment]
 
 
 def free_port() -> int:

@@ -130,14 +130,14 @@ def test_scores_are_vf_evals_averages_named_by_environment():
 def test_the_command_lines_are_vf_evals_and_the_servers_own_flags():
     spec = {"serve_with": "transformers", "num_examples": 3, "rollouts_per_example": 2, "sampling_args": {"temperature": 0}}
     assert cw_vf_eval.vf_eval_command(spec, "my-env", "/m", 8123) == [
-        "vf-eval", "my-env", "--model", "/m", "--api-base-url", "http://127.0.0.1:8123/v1", "--api-key-var",
+        "vf-eval", "--model", "/m", "--api-base-url", "http://127.0.0.1:8123/v1", "--api-key-var",
         "CW_EVAL_API_KEY", "--save-results", "--num-examples", "3", "--rollouts-per-example", "2",
-        "--sampling-args", '{"temperature": 0}']  # fmt: skip
+        "--sampling-args", '{"temperature": 0}', "--", "my-env"]  # fmt: skip
     assert cw_vf_eval.server_command(spec, "/m", 8123) == ["transformers", "serve", "/m", "--host", "127.0.0.1", "--port", "8123"]
     vllm = cw_vf_eval.server_command({"serve_with": "vllm", "gpu": 2}, "/m", 8123)
     assert vllm == ["vllm", "serve", "/m", "--served-model-name", "cw-eval", "--tensor-parallel-size", "2",
                     "--host", "127.0.0.1", "--port", "8123"]  # fmt: skip
-    assert cw_vf_eval.vf_eval_command({"serve_with": "vllm"}, "e", "/m", 1)[3] == "cw-eval"
+    assert cw_vf_eval.vf_eval_command({"serve_with": "vllm"}, "e", "/m", 1)[2] == "cw-eval"
 
 
 def test_a_lora_checkpoint_is_served_by_vllm_on_its_base(tmp_path):

@@ -256,8 +256,10 @@ def test_vf_eval_is_given_arguments_only_as_one_json_object(arguments, environme
 
     command = cw_vf_eval.vf_eval_command({"environment_args": arguments}, environment, "/m", 8000)
     assert all(isinstance(part, str) for part in command)
-    if "--env-args" in command:
-        assert isinstance(json.loads(command[command.index("--env-args") + 1]), dict)
+    options, ended, rest = command[: command.index("--")], "--" in command, command[command.index("--") + 1 :]
+    assert ended and rest == [environment]  # whatever its name, the environment is never a flag
+    if "--env-args" in options:
+        assert isinstance(json.loads(options[options.index("--env-args") + 1]), dict)
 
 
 @SETTINGS
