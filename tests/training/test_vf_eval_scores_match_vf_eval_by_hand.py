@@ -166,7 +166,7 @@ def test_the_rendered_evaluation_of_an_environment_scores_as_vf_eval_by_hand(req
     (results,) = (checkpoint / "cw-eval" / "vf-eval" / ENV_ID).glob("outputs/evals/*/*/results.jsonl")  # vf-eval's own output, kept
     questions = [_question(json.loads(line)) for line in results.read_text().splitlines() if line.strip()]
     assert len(questions) == 2 and all(len(q.split()) == 1 for q in questions), questions  # environment.args reached load_environment
-    assert "transformers serve" in done.stdout and "vf-eval cw-reverse-text" in done.stdout
+    assert "transformers serve" in done.stdout and "vf-eval --model" in done.stdout and "-- cw-reverse-text" in done.stdout
     port = int(re.search(r"--port (\d+)", done.stdout).group(1))  # type: ignore[union-attr]
     with pytest.raises(OSError):  # the server was stopped with the evaluation
         urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5)
