@@ -4,8 +4,8 @@ Runs in the evaluation pod beside cw_eval.py (shipped in its ConfigMap; standard
 vf-eval talks to an OpenAI-compatible server, so this starts a maintained one on the model folder
 as a child process, on a free local port: ``vllm serve`` on a GPU (as `cw serve` runs it; a LoRA
 checkpoint is served on its base with the adapter as a LoRA module), ``transformers serve`` on CPU.
-Once it answers, each environment is scored by ``vf-eval ENV --model cw-eval --api-base-url
-http://127.0.0.1:PORT/v1 [-n N] [-r R] [--sampling-args JSON] [--env-args JSON] --save-results``, run in
+Once it answers, each environment is scored by ``vf-eval --model cw-eval --api-base-url
+http://127.0.0.1:PORT/v1 [-n N] [-r R] [--sampling-args JSON] [--env-args JSON] --save-results -- ENV``, run in
 ``<out>/vf-eval/<env>/`` where vf-eval saves its results (``outputs/evals/.../metadata.json``,
 ``results.jsonl``), which are kept. The server is stopped by its process group (its PID) at the end.
 
