@@ -226,10 +226,7 @@ except OSError as e:
 def _run_pod(real_cluster, name: str, command: list[str], until: tuple[str, ...] = ("Succeeded", "Failed")) -> tuple[str, str]:
     """Run a pod of the runtime image on the real node (namespace default tolerates it) until one
     of the phases ``until``; (its phase, its log)."""
-    from cw_cli.testcluster import api
-    from cw_cli.testcluster.pki import load_pki
-
-    kube = api.admin_client(real_cluster.info.server, load_pki(real_cluster.state_dir / "pki"))
+    kube = _admin(real_cluster)
     pod = {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
         "spec": {"restartPolicy": "Never", "nodeSelector": {"cw.dev/real-node": "true"},
