@@ -7,7 +7,7 @@ kubeconfig at all. Tests that mean the in-cluster path set these themselves.
 The suite runs on two pytest-xdist workers (pyproject.toml's addopts): what keeps the CPUs busy
 (real training, the real node's pods) runs in order on one worker, what mostly waits on an API
 server (the KWOK and Kueue clusters' tests) in order on the other, and the unit tests fill both.
-`-p no:xdist` or `-n 0` runs everything in one process.
+`-n 0` runs everything in one process.
 """
 
 from __future__ import annotations

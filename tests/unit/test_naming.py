@@ -46,7 +46,8 @@ def test_very_long_config_stems_are_truncated_keeping_the_random_suffix(stem):
         assert "--" not in name
 
 
-@pytest.mark.parametrize("run", [generate_run_name("verifiers", "grpo", "z" * 100), "a" * 40])
+# Ids fixed: a generated name is random, and xdist's workers must collect the same test ids.
+@pytest.mark.parametrize("run", [generate_run_name("verifiers", "grpo", "z" * 100), "a" * 40], ids=["generated", "given"])
 def test_every_object_and_pod_name_fits_in_63_chars(run):
     names = object_names(run)
     assert set(names) == {"config", "trainer", "nodes", "server", "reward", "keeper", "network"}
