@@ -4,42 +4,44 @@ A CI job that runs inside a Kubernetes pod has KUBERNETES_SERVICE_HOST/PORT set 
 account token mounted; cw (like kubectl) would then use that cluster wherever a test expects no
 kubeconfig at all. Tests that mean the in-cluster path set these themselves.
 
-The suite runs on two pytest-xdist workers (pyproject.toml's addopts): what keeps the CPUs busy
-(real training, the real node's pods) runs in order on one worker, what mostly waits on an API
-server (the KWOK and Kueue clusters' tests) in order on the other, and the unit tests fill both.
-`-n 0` runs everything in one process.
+The suite runs on two pytest-xdist workers (pyproject.toml's addopts), scheduled by
+:func:`pytest_xdist_make_scheduler`: what keeps the CPUs busy (real training, the real node's pods)
+runs in order on one worker, what mostly waits on an API server (the KWOK and Kueue clusters'
+tests, one cluster each) in order on the other, and the unit tests fill both. `-n 0` runs
+everything in one process.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-_HERE = Path(__file__).resolve().parent
 #: Tests that train or run pods on the real node: CPU-bound, so never two at once.
-CPU_BOUND_GROUP = "cpu-bound"
-#: Tests against the KWOK and Kueue clusters: mostly waiting on the API server, one cluster each.
-API_BOUND_GROUP = "api-bound"
+CPU_BOUND = ("tests/training/", "tests/cluster/test_the_real_node_")
+#: Tests against the KWOK and Kueue clusters: mostly waiting on the API server.
+API_BOUND = ("tests/cluster/",)
 
 
-def _suite_of(item: pytest.Item) -> str:
-    try:
-        relative = Path(str(item.fspath)).resolve().relative_to(_HERE)
-    except (OSError, ValueError):
-        return ""
-    return relative.parts[0] if len(relative.parts) > 1 else ""
+def worker_share(nodeid: str) -> str:
+    """Which tests share a worker with ``nodeid``: a name for a group run in order, else the test itself."""
+    if nodeid.startswith(CPU_BOUND):
+        return "cpu-bound"
+    if nodeid.startswith(API_BOUND):
+        return "api-bound"
+    return nodeid
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put each training and cluster test in its xdist group (see the module's docstring)."""
-    for item in items:
-        suite = _suite_of(item)
-        if suite == "training" or "real_cluster" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group(CPU_BOUND_GROUP))
-        elif suite == "cluster":
-            item.add_marker(pytest.mark.xdist_group(API_BOUND_GROUP))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """xdist's scope scheduling with :func:`worker_share` as the scope: each group goes whole to one
+    worker (the two largest first, one each). Not xdist's `loadgroup`, whose marks pytest 9.2's node
+    ids dropped (pytest-dev/pytest-xdist#1386): this reads only the node id."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedWorkerScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_share(nodeid)
+
+    return SharedWorkerScheduling(config, log)
 
 
 @pytest.fixture(autouse=True)

@@ -38,10 +38,12 @@ _PATH = click.Path(path_type=Path)
               help="Also run Kueue and JobSet (Kueue's JobSet integration on), with ClusterQueue cw-gpus and LocalQueue cw.")
 @click.option("--real-node/--no-real-node", default=None,
               help="Run a real node (kubelet, containerd; pods really run). Default: when this machine can (Linux, root, containerd).")
+@click.option("--real-nodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="How many real nodes (2: a `--nodes 2` run's pods rendezvous on two kubelets).")
 @handle_errors
 def up_cmd(
     kubeconfig: Path | None, nodes: int, cpu_nodes: int, state_dir: Path | None, build: bool, timeout: float, kueue: bool,
-    real_node: bool | None,
+    real_node: bool | None, real_nodes: int,
 ) -> None:
     """Build (if needed) and start the test cluster; set kubectl context cw-test."""
     from cw_cli import testcluster as lc
@@ -50,7 +52,7 @@ def up_cmd(
         with Heartbeat("starting the test cluster") as beat:  # a cold build takes minutes: alive on a pipe too
             info = lc.up(state_dir=state_dir, kubeconfig=kubeconfig, gpu_nodes=nodes,
                          cpu_nodes=cpu_nodes, build=build, timeout=timeout, kueue=kueue,
-                         on_progress=beat.stage, real_node=real_node)
+                         on_progress=beat.stage, real_node=real_node, real_nodes=real_nodes)
     except KeyboardInterrupt:
         raise lc.TestClusterError("interrupted", hint="run `cw cluster down` to clean up") from None
     out = _out()

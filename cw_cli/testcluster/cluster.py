@@ -33,6 +33,7 @@ from .records import (
     COMPONENTS,
     CONTROL_PLANE,
     MARKER,
+    MAX_REAL_NODES,
     STATE_FILE,
     ClusterInfo,
     ClusterStatus,
@@ -44,6 +45,7 @@ from .records import (
     is_cluster_state,
     load_info,
     node_status,
+    start_rank,
 )
 from .state_files import client_certs, node_manifests, write_kubeconfigs, write_kwok_files
 from .volumes import DEFAULT_CLAIM, DEFAULT_NAMESPACE, real_node_tolerations, volume_manifests
@@ -100,8 +102,7 @@ def status(state_dir: str | Path | None = None) -> ClusterStatus:
     info = load_info(state)
     recs = procs.load_records(state / "pids")
     plist = [ProcessStatus(r.name, r.pid, procs.is_alive(r), r.log) for r in recs]
-    order = {n: i for i, n in enumerate(COMPONENTS)}
-    plist.sort(key=lambda p: order.get(p.name, 99))
+    plist.sort(key=lambda p: start_rank(p.name))
     st = ClusterStatus(str(state), info is not None, False, info.server if info else None,
                        info.kubeconfig if info else None, plist, [])
     if info is None:
@@ -136,6 +137,7 @@ def up(
     owner_pid: int | None = None,
     kueue: bool = False,
     real_node: bool | None = None,
+    real_nodes: int = 1,
 ) -> ClusterInfo:
     """Start the test cluster (idempotent: a healthy running cluster is returned as is).
 
@@ -145,6 +147,8 @@ def up(
     their own pid, so a killed test run never leaks a cluster).
     `real_node`: also run a real node (kubelet, containerd) whose pods really run; None: when
     this machine can (:func:`realnode.node.unavailable_reason` says why not, in ``info.real_node_skipped``).
+    `real_nodes`: how many real nodes (each a kubelet and containerd in its own namespace; a
+    multi-node run's pods land on different ones).
     Raises StartError (with the failing component's log path) or BuildError.
     """
     say = on_progress or (lambda _m: None)
@@ -152,9 +156,12 @@ def up(
     user_kc = Path(kubeconfig).expanduser() if kubeconfig else default_user_kubeconfig()
     if gpu_nodes < 0 or cpu_nodes < 0:
         raise TestClusterError("node counts must be >= 0")
+    if not 1 <= real_nodes <= MAX_REAL_NODES:
+        raise TestClusterError(f"real_nodes must be 1 to {MAX_REAL_NODES} (one /24 of pod addresses each)")
     check_state_dir(state)
 
-    running = _reuse_running(state, user_kc, gpu_nodes, cpu_nodes, timeout, set_current_context, say, kueue)
+    running = _reuse_running(state, user_kc, gpu_nodes, cpu_nodes, timeout, set_current_context, say, kueue,
+                             real_nodes if real_node else 0)  # fmt: skip
     if running is not None:
         return running
 
@@ -174,7 +181,7 @@ def up(
     state.mkdir(parents=True)
     (state / MARKER).write_text("state of the cw test cluster; removed by `cw cluster down`\n")
     try:
-        images = _prepare_real_node(state, bins, say) if with_real_node else None
+        images = _prepare_real_nodes(state, bins, say, real_nodes) if with_real_node else None
         info = _start(state, bins, user_kc, gpu_nodes, cpu_nodes, timeout, set_current_context, say, kueue, images)
     except BaseException:
         down(state, keep_state=True)
@@ -190,7 +197,8 @@ def up(
 
 
 def _reuse_running(state: Path, user_kc: Path, gpu_nodes: int, cpu_nodes: int, timeout: float,
-                   set_current_context: bool, say: Callable[[str], None], kueue: bool) -> ClusterInfo | None:  # fmt: skip
+                   set_current_context: bool, say: Callable[[str], None], kueue: bool,
+                   real_nodes: int = 0) -> ClusterInfo | None:  # fmt: skip
     """The cluster already running in ``state``, topped up to the nodes asked for; None when
     there is none (a stale one, or leftover processes, are stopped first)."""
     info = load_info(state)
@@ -207,6 +215,10 @@ def _reuse_running(state: Path, user_kc: Path, gpu_nodes: int, cpu_nodes: int, t
         raise TestClusterError(
             "the running test cluster has no Kueue and JobSet; stop it with `cw cluster down`, "
             "then `cw cluster up --kueue`")
+    if real_nodes > len(info.real_nodes):
+        raise TestClusterError(
+            f"the running test cluster has {len(info.real_nodes)} real node(s), not {real_nodes}; stop it with "
+            f"`cw cluster down`, then `cw cluster up --real-nodes {real_nodes}`")
     pki = load_pki(state / "pki")
     _top_up_nodes(info, st, pki, gpu_nodes, cpu_nodes, timeout, say)
     merge_user_kubeconfig(user_kc, info.server, pki.ca.cert, pki.admin.cert, pki.admin.key,
@@ -262,20 +274,24 @@ def _start_watchdog(state: Path, owner_pid: int) -> None:
                 state / "logs" / "watchdog.log", state / "pids", env=dict(os.environ, PYTHONPATH=os.pathsep.join(path)))  # fmt: skip
 
 
-def _prepare_real_node(state: Path, bins: Binaries, say: Callable[[str], None]) -> RealNodeImages:
-    """The real node's network and containerd, with its images (built the first time: minutes)."""
+def _prepare_real_nodes(state: Path, bins: Binaries, say: Callable[[str], None], count: int = 1) -> RealNodeImages:
+    """The real nodes' network and containerds, with their images (built the first time: minutes;
+    a second node's copied from the first's, once)."""
     realnode = realnode_node
-    files = realnode.NodeFiles(state, 0)
-    files.dir.mkdir(parents=True)  # from here on, `down(state)` removes what was made
     realnode.owner_file().write_text(str(state))
-    say("creating the real node's network namespace")
-    realnode.setup_network(0)
     pause_ref = realnode.image.pause_image(bins.versions.kubernetes)
-    say("starting containerd on the real node")
-    record = realnode.start_containerd(files, pause_ref)
-    realnode.wait_containerd(files, record)
-    runtime_ref = realnode.ensure_images(files, bins.pause, pause_ref, say)
-    return RealNodeImages(pause_ref, runtime_ref)
+    first = realnode.NodeFiles(state, 0)
+    runtime_ref = ""
+    for index in range(count):
+        files = realnode.NodeFiles(state, index)
+        files.dir.mkdir(parents=True)  # from here on, `down(state)` removes what was made
+        say(f"creating real node {index}'s network namespace")
+        realnode.setup_network(index, count)
+        say(f"starting containerd on real node {index}")
+        record = realnode.start_containerd(files, pause_ref)
+        realnode.wait_containerd(files, record)
+        runtime_ref = realnode.ensure_images(files, bins.pause, pause_ref, say, first=first if index else None)
+    return RealNodeImages(pause_ref, runtime_ref, count)
 
 
 def _clean_stale_real_node(say: Callable[[str], None]) -> None:
@@ -306,19 +322,23 @@ def _start_cluster_dns(launcher: Launcher, kube: Kube, state: Path, bins: Binari
     launcher.wait("CoreDNS /ready", lambda: dns.is_ready(listen), 0.3)
 
 
-def _start_real_node(launcher: Launcher, kube: Kube, state: Path, bins: Binaries, server: str,
-                     say: Callable[[str], None]) -> str:  # fmt: skip
-    """The real node's kubelet and kube-proxy, its GPUs advertised; its name."""
+def _start_real_nodes(launcher: Launcher, kube: Kube, state: Path, bins: Binaries, server: str,
+                      say: Callable[[str], None], count: int) -> list[str]:  # fmt: skip
+    """The real nodes' kubelets and kube-proxies, their GPUs advertised; their names."""
     realnode = realnode_node
-    files = realnode.NodeFiles(state, 0)
-    realnode.write_node_files(files, state / "pki", server)
-    say("starting the real node's kubelet and kube-proxy")
-    realnode.start_node_agents(launcher, files, bins.kubelet, bins.kube_proxy)
-    name = realnode.node_name(0)
-    launcher.wait(f"node {name} to register", lambda: api.exists(kube, f"{api.NODES}/{name}"), 0.5)
-    realnode.advertise_gpus(kube, 0)
-    launcher.wait(f"node {name} Ready with its GPUs", lambda: _nodes_ready(kube, {name}) and realnode.gpus_advertised(kube, 0), 0.5)
-    return name
+    names = [realnode.node_name(index) for index in range(count)]
+    for index in range(count):
+        files = realnode.NodeFiles(state, index)
+        realnode.write_node_files(files, state / "pki", server)
+        say(f"starting real node {index}'s kubelet and kube-proxy")
+        realnode.start_node_agents(launcher, files, bins.kubelet, bins.kube_proxy)
+    for index, name in enumerate(names):
+        path = f"{api.NODES}/{name}"
+        launcher.wait(f"node {name} to register", lambda: api.exists(kube, path), 0.5)  # noqa: B023 (waited on here)
+        realnode.advertise_gpus(kube, index)
+    launcher.wait(f"nodes {', '.join(names)} Ready with their GPUs",
+                  lambda: _nodes_ready(kube, set(names)) and all(realnode.gpus_advertised(kube, i) for i in range(count)), 0.5)
+    return names
 
 
 def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes: int,
@@ -360,7 +380,7 @@ def _start(state: Path, bins: Binaries, user_kc: Path, gpu_nodes: int, cpu_nodes
         launcher.wait("ServiceAccount default/default", lambda: api.exists(kube, "/api/v1/namespaces/default/serviceaccounts/default"))
         if real_node:
             _start_cluster_dns(launcher, kube, state, bins, server, say)
-            real_nodes.append(_start_real_node(launcher, kube, state, bins, server, say))
+            real_nodes += _start_real_nodes(launcher, kube, state, bins, server, say, real_node.count)
         _create_checkpoint_volume(kube, state / "volumes" if real_node else None)
         _create_eval_priority_class(kube)
         if with_kueue:
@@ -406,8 +426,7 @@ def down(state_dir: str | Path | None = None, timeout: float = 10.0,
     state = Path(state_dir).expanduser() if state_dir else default_cluster_dir()
     info = load_info(state)
     recs = procs.load_records(state / "pids")
-    order = {n: i for i, n in enumerate(COMPONENTS)}
-    recs.sort(key=lambda r: -order.get(r.name, len(COMPONENTS)))  # watchdog first, etcd last
+    recs.sort(key=lambda r: -start_rank(r.name))  # watchdog first, etcd last
     stopped, pod_netns = {}, set()
     for r in recs:
         if r.pid == os.getpid():
@@ -442,15 +461,20 @@ def _stop_real_node_containers(state: Path, record_name: str) -> set[str]:
 
 
 def _clean_real_node(state: Path, pod_netns: set[str]) -> list[str]:
-    """After the processes stopped: shims, mounts, pod and node namespaces, routes; what is left."""
+    """After the processes stopped: shims, mounts, pod and node namespaces, routes, the fabric
+    between the nodes; what is left."""
     from .realnode import cleanup
     from .realnode import node as realnode
 
-    files = realnode.NodeFiles(state, 0)
-    if not files.dir.exists():
+    nodes = [realnode.NodeFiles(state, index) for index in range(MAX_REAL_NODES)]
+    nodes = [files for files in nodes if files.dir.exists()]
+    if not nodes:
         return []
-    cleanup.kill_shims(files.socket)
     cleanup.remove_pod_namespaces(pod_netns)
-    cleanup.unmount_under(files.dir)
-    cleanup.remove_network(0)
-    return cleanup.leftovers(files.dir, 0)
+    left = []
+    for files in nodes:
+        cleanup.kill_shims(files.socket)
+        cleanup.unmount_under(files.dir)
+        cleanup.remove_network(files.index)
+        left += cleanup.leftovers(files.dir, files.index)
+    return left + cleanup.remove_fabric()

@@ -23,6 +23,19 @@ STATE_FILE = "cluster.json"
 # the kubelet stops before it, and its containers are removed through it).
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 COMPONENTS = ("containerd-0", *CONTROL_PLANE, "coredns", "kubelet-0", "kube-proxy-0")
+#: The most real nodes a test cluster runs: each is a kubelet, containerd and kube-proxy sharing
+#: this machine's CPUs, and a second one is what a multi-node run needs.
+MAX_REAL_NODES = 4
+#: A real node's processes are named ``<kind>-<node index>``.
+NODE_PROCESS_KINDS = ("containerd", "kubelet", "kube-proxy")
+
+
+def start_rank(name: str) -> int:
+    """Where process ``name`` comes in the start order: a real node's by its kind (every node's
+    containerd first, every kubelet after the control plane); unknown names (the watchdog) last."""
+    kind, _, index = name.rpartition("-")
+    base = f"{kind}-0" if kind in NODE_PROCESS_KINDS and index.isdigit() else name
+    return COMPONENTS.index(base) if base in COMPONENTS else len(COMPONENTS)
 
 
 class RealNodeImages(Struct, frozen=True):
@@ -30,6 +43,7 @@ class RealNodeImages(Struct, frozen=True):
 
     pause: str
     runtime: str
+    count: int = 1  # how many real nodes hold them
 
 
 class ClusterInfo(Struct):

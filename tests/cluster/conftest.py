@@ -143,8 +143,9 @@ def real_cluster(tmp_path_factory) -> RealCluster:
     state, kubeconfig = base / "state", base / "kubeconfig"
     started = time.monotonic()
     try:
-        info = lc.up(state_dir=state, kubeconfig=kubeconfig, gpu_nodes=1, cpu_nodes=0, real_node=True,
-                     timeout=float(os.environ.get("CW_TEST_CLUSTER_TIMEOUT", "180")), owner_pid=os.getpid(),
+        # Two real nodes and JobSet: a `--nodes 2` run's pods rendezvous on two kubelets (Job and JobSet).
+        info = lc.up(state_dir=state, kubeconfig=kubeconfig, gpu_nodes=1, cpu_nodes=0, real_node=True, real_nodes=2,
+                     kueue=True, timeout=float(os.environ.get("CW_TEST_CLUSTER_TIMEOUT", "180")), owner_pid=os.getpid(),
                      on_progress=lambda m: print(f"real cluster: {m}", flush=True))  # fmt: skip
     except lc.TestClusterError as e:
         pytest.fail(f"test cluster with the real node did not start: {e}", pytrace=False)

@@ -2,7 +2,8 @@
 adapter in a real pod; what it wrote is read back through a reader pod and `cw download`; each
 checkpoint and the final model are scored by evaluation pods whose scores reach `cw artifacts`;
 `cw export --merge`, `cw try` (transformers' server on CPU, through a real port-forward), `cw eval`
-and a DPO run from `run:NAME` work on it as a newcomer types them; pods reach the API server
+and a DPO run from `run:NAME` work on it as a newcomer types them; a `--nodes 2` run's pods, on two
+real nodes, rendezvous over gloo and train one model, through the Job and the JobSet; pods reach the API server
 through the `kubernetes` Service and each other by name through the cluster's DNS, and nothing
 outside the machine; `cw cluster down` leaves no process, mount, network namespace or route behind.
 
@@ -83,7 +84,7 @@ def test_the_readme_example_trains_in_a_real_pod(real_cluster, trained):
     assert len(losses) >= 4, logs.stdout[-3000:]  # logging_steps 5 of 40 steps
     assert "Training completed" in logs.stdout, logs.stdout[-3000:]
     status = _cw(real_cluster, "status", RUN)
-    assert "cw-real-0" in status.stdout, status.stdout
+    assert re.search(r"cw-real-\d", status.stdout), status.stdout
 
 
 def test_a_reader_pod_lists_and_downloads_what_the_trainer_wrote(real_cluster, trained, tmp_path):
@@ -163,37 +164,50 @@ def _admin(real_cluster):
     return api.admin_client(real_cluster.info.server, load_pki(real_cluster.state_dir / "pki"))
 
 
-def test_a_deleted_trainer_pod_saves_where_it_was_and_the_jobs_next_pod_resumes_there(real_cluster, trained):
-    """A warned fault as a cluster delivers it: the pod deleted with its grace period, the kubelet's
-    SIGTERM to PID 1, a checkpoint at the next step end, exit 143 (not counted), and the Job's next
-    pod resumes from that checkpoint."""
+def test_a_drained_node_stops_the_trainer_with_a_checkpoint_and_the_next_pod_resumes_on_the_other_node(real_cluster, trained):
+    """A warned fault as a cluster delivers it: the node drained as `kubectl drain` does (cordoned,
+    the pod evicted through the Eviction API with its grace period), the kubelet's SIGTERM to PID 1,
+    a checkpoint at the next step end, exit 143 (not counted), and the Job's next pod resumes from
+    that checkpoint on the other real node, from the same volume."""
     assert trained.returncode == 0
-    name = f"{RUN}-warned"
+    name = f"{RUN}-drained"
     launched = _cw(real_cluster, "trl", "sft", "configs/test-cluster-sft.yaml", "--gpu", "1", "--name", name,
                    "--set", "max_steps=300", "--set", "save_steps=1000", "--set", "logging_steps=1", "--set", "eval=null")  # fmt: skip
     assert launched.returncode == 0, launched.stderr
     kube = _admin(real_cluster)
+    drained = ""
     try:
         selector = f"batch.kubernetes.io/job-name={name}-trainer"
         deadline, first, seen = time.monotonic() + 240, None, 0
         while time.monotonic() < deadline and seen < 3:  # training, past its first steps
             pods = kube.request("GET", "/api/v1/namespaces/default/pods", query={"labelSelector": selector}, what="pods")["items"]
-            first = pods[0]["metadata"]["name"] if pods else None
+            first = pods[0] if pods else None
             if first:
                 log = _cw(real_cluster, "logs", name).stdout
                 seen = len(re.findall(r"'loss': '", log))
             time.sleep(1)
         assert first and seen >= 3, f"the trainer never logged 3 steps: {seen}"
-        kube.request("DELETE", f"/api/v1/namespaces/default/pods/{first}", body={"gracePeriodSeconds": 60}, what="delete")
+        drained, pod_name = first["spec"]["nodeName"], first["metadata"]["name"]
+        kube.raw("PATCH", f"/api/v1/nodes/{drained}", body={"spec": {"unschedulable": True}},
+                 content_type="application/merge-patch+json", what="cordon")  # fmt: skip
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod_name, "namespace": "default"},
+                    "deleteOptions": {"gracePeriodSeconds": 60}}  # fmt: skip
+        kube.request("POST", f"/api/v1/namespaces/default/pods/{pod_name}/eviction", body=eviction, what="evict")
         deadline, state = time.monotonic() + 420, ""
         while time.monotonic() < deadline and state not in ("Complete", "Failed"):
             job = kube.request("GET", f"/apis/batch/v1/namespaces/default/jobs/{name}-trainer", what="job")
             state = next((c["type"] for c in job["status"].get("conditions", []) if c["status"] == "True"
                           and c["type"] in ("Complete", "Failed")), "")  # fmt: skip
             time.sleep(2)
+        pods = kube.request("GET", "/api/v1/namespaces/default/pods", query={"labelSelector": selector}, what="pods")["items"]
     finally:
+        if drained:
+            kube.raw("PATCH", f"/api/v1/nodes/{drained}", body={"spec": {"unschedulable": False}},
+                     content_type="application/merge-patch+json", what="uncordon")  # fmt: skip
         kube.close()
     assert state == "Complete", state  # the warned stop was not counted as a failure
+    nodes = {pod["metadata"]["name"]: pod["spec"]["nodeName"] for pod in pods}
+    assert set(nodes.values()) - {drained}, nodes  # the next pod ran on the other node
     logs = _cw(real_cluster, "logs", name).stdout + _cw(real_cluster, "logs", name).stderr
     resumed = re.search(r"resuming from checkpoint \S+/checkpoint-(\d+)", logs)
     assert resumed and int(resumed.group(1)) >= seen, logs[-3000:]  # saved where it was: at most the step under way lost
@@ -256,6 +270,42 @@ def test_pods_reach_the_api_server_by_its_service_and_nothing_leaves_the_machine
     assert counts and all(n == 0 for n in counts.values()), counts
 
 
+def _run_pods(real_cluster, run: str) -> list[dict]:
+    kube = _admin(real_cluster)
+    try:
+        query = {"labelSelector": f"app.kubernetes.io/instance={run},app.kubernetes.io/component=trainer"}
+        return kube.request("GET", "/api/v1/namespaces/default/pods", query=query, what="the run's pods")["items"]
+    finally:
+        kube.close()
+
+
+@pytest.mark.parametrize("workload", ["Job", "JobSet"])
+def test_a_two_node_run_rendezvous_on_two_real_nodes_and_trains_one_model(real_cluster, workload):
+    """`--nodes 2`: one trainer pod per real node; rank 1 finds rank 0 through the Service cw
+    renders (the cluster's DNS), torchrun's store and gloo join them, and the 64 examples are split
+    between the two ranks: 8 steps of 2 x 4 make the epoch (one rank alone would take 16)."""
+    run = f"two-nodes-{workload.lower()}"
+    launched = _cw(real_cluster, "trl", "sft", "configs/test-cluster-sft.yaml", "--gpu", "1", "--nodes", "2",
+                   "--name", run, "--set", f"jobset={'true' if workload == 'JobSet' else 'false'}",
+                   "--set", "max_steps=-1", "--set", "num_train_epochs=1", "--set", "save_steps=4",
+                   "--set", "logging_steps=1", "--set", "eval=null", "--wait", timeout=600)  # fmt: skip
+    said = launched.stdout + launched.stderr
+    pods = _run_pods(real_cluster, run)
+    assert launched.returncode == 0 and f"run {run} succeeded" in said, said
+    owners = {ref["kind"] for pod in pods for ref in pod["metadata"].get("ownerReferences", [])}
+    assert owners == {"Job"}, owners  # a JobSet's pods are its child Jobs'
+    if workload == "JobSet":
+        assert all("jobset.sigs.k8s.io/jobset-name" in pod["metadata"]["labels"] for pod in pods), pods
+    assert sorted(pod["spec"]["nodeName"] for pod in pods) == ["cw-real-0", "cw-real-1"], [p["spec"] for p in pods]
+    listed = _cw(real_cluster, "artifacts", run, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    steps = sorted(item["step"] for item in json.loads(listed.stdout)["artifacts"] if item["kind"] == "checkpoint")
+    assert steps == [4, 8], steps  # the epoch split between the two ranks
+    logs = _cw(real_cluster, "logs", run).stdout
+    assert "'loss'" in logs, logs[-3000:]
+    _cw(real_cluster, "delete", run)
+
+
 def test_cluster_down_leaves_no_process_mount_namespace_or_route(real_cluster, trained):
     from cw_cli import testcluster as lc
     from cw_cli.testcluster import procs
@@ -270,7 +320,10 @@ def test_cluster_down_leaves_no_process_mount_namespace_or_route(real_cluster, t
     assert result.leftovers == []
     assert not [r.name for r in records if procs.is_alive(r)]
     assert not [pid for pid in shims if pid in cleanup.shim_pids(state / "real-node-0" / "containerd.sock")]
-    assert not network.namespace_exists(network.NodeNet(0))
+    nodes = [network.NodeNet(index) for index in range(len(real_cluster.info.real_nodes))]
+    assert len(nodes) == 2
+    assert not [node.netns for node in nodes if network.namespace_exists(node)]
+    assert not network.fabric_exists()
     assert cleanup.mounts_under(state) == []
     routes = subprocess.run(["ip", "route", "show"], capture_output=True, text=True).stdout
-    assert "blackhole" not in routes and network.NodeNet(0).host_if not in routes, routes
+    assert "blackhole" not in routes and not [n.host_if for n in nodes if n.host_if in routes], routes

@@ -55,6 +55,22 @@ def test_a_second_node_reaches_the_api_server_through_its_own_link():
     assert network.api_address() == network.NodeNet(0).host_ip
 
 
+def test_nodes_reach_each_others_pods_through_the_fabric_and_never_through_the_host():
+    nodes = 3
+    commands = network.fabric_commands() + [c for i in range(nodes) for c in network.join_fabric_commands(network.NodeNet(i), nodes)]
+    for command in commands:
+        # Every command runs in the fabric's or a node's namespace, or makes the fabric's: none in the host's.
+        assert command[:3] == ["ip", "netns", "add"] or command[1] == "-n", command
+        assert "default" not in command and "0.0.0.0/0" not in command, command
+    fabric = ipaddress.ip_network(network.FABRIC_NET)
+    assert not fabric.overlaps(network.LINK_NET) and not fabric.overlaps(network.REAL_POD_NET)
+    first = network.NodeNet(0)
+    routes = _routes(network.join_fabric_commands(first, nodes))
+    assert {(r[5], r[7]) for r in routes} == {(network.NodeNet(i).pod_cidr, network.NodeNet(i).fabric_ip) for i in (1, 2)}
+    assert all(r[:3] == ["ip", "-n", first.netns] for r in routes), routes
+    assert network.fabric_teardown_commands() == [["ip", "netns", "del", network.FABRIC_NETNS]]
+
+
 def test_pods_are_bridged_without_masquerade_or_default_gateway():
     conf = json.loads(settings.cni_config(network.NodeNet(0)))
     bridge = conf["plugins"][0]
@@ -118,3 +134,27 @@ def test_the_quick_start_config_names_the_image_built_from_the_current_pins():
         "a pin in kubeconfigs/cluster/runtime-image/requirements.txt (or the build steps) changed: "
         f"set `image: {image.runtime_image()}` in configs/test-cluster-sft.yaml")
     assert config["model_name_or_path"] == image.TINY_MODEL
+
+
+def test_every_real_nodes_containerd_starts_before_and_stops_after_the_control_plane():
+    from cw_cli.testcluster.records import CONTROL_PLANE, start_rank
+
+    for index in (0, 1, 3):
+        assert start_rank(f"containerd-{index}") < start_rank("etcd")
+        assert start_rank(f"kubelet-{index}") > start_rank(CONTROL_PLANE[-1])
+        assert start_rank(f"kube-proxy-{index}") > start_rank(f"kubelet-{index}")
+    assert start_rank("watchdog") > start_rank("kube-proxy-1")
+    assert start_rank("containerd-x") == start_rank("watchdog")  # not a node's process
+
+
+def test_a_second_nodes_containerd_shares_the_first_ones_blobs_by_hard_link(tmp_path):
+    source, target = tmp_path / "containerd", tmp_path / "containerd-1"
+    (source / image.BLOBS).mkdir(parents=True)
+    for name in ("a" * 64, "b" * 64):
+        (source / image.BLOBS / name).write_bytes(name.encode())
+    (target / image.BLOBS).mkdir(parents=True)
+    (target / image.BLOBS / ("b" * 64)).write_bytes(b"its own")
+    assert image.link_blobs(source, target) == 1
+    assert (target / image.BLOBS / ("a" * 64)).stat().st_ino == (source / image.BLOBS / ("a" * 64)).stat().st_ino
+    assert (target / image.BLOBS / ("b" * 64)).read_bytes() == b"its own"  # never replaced
+    assert image.link_blobs(tmp_path / "none", target) == 0

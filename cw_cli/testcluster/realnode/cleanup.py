@@ -135,6 +135,13 @@ def remove_network(index: int) -> list[str]:
     return [e for e in errors if "Cannot find device" not in e and "No such process" not in e]
 
 
+def remove_fabric() -> list[str]:
+    """Remove the fabric between the nodes (when there is one); what is left of it."""
+    if network.fabric_exists():
+        network.run_commands(network.fabric_teardown_commands(), check=False)
+    return [f"network namespace {network.NETNS_DIR}/{network.FABRIC_NETNS}"] if network.fabric_exists() else []
+
+
 def leftovers(node_dir: Path, index: int = 0) -> list[str]:
     """What of node ``index`` is still there: mounts, its namespace, its link."""
     node = network.NodeNet(index)

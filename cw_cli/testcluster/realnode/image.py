@@ -156,6 +156,58 @@ def import_archive(ctr: Sequence[str], ref: str, layers: list[Path], config: dic
         raise StartError(f"importing {ref} failed (exit {rc}); see {log}: {tail}", str(log))
 
 
+#: Where a containerd root keeps its blobs (content-addressed files, never changed once written).
+BLOBS = Path("io.containerd.content.v1.content") / "blobs" / "sha256"
+
+
+def link_blobs(source_root: Path, target_root: Path) -> int:
+    """Hard-link ``source_root``'s blobs into ``target_root``'s content store; how many were linked.
+
+    A blob's file is named by its digest and never rewritten, so two containerd roots may share it:
+    the importing containerd then finds each layer already there (content sharing, its default
+    policy) and writes none of the image's gigabytes again. Falls back to nothing (the import
+    copies) across filesystems.
+    """
+    source, target = source_root / BLOBS, target_root / BLOBS
+    if not source.is_dir():
+        return 0
+    target.mkdir(parents=True, exist_ok=True)
+    linked = 0
+    for blob in source.iterdir():
+        destination = target / blob.name
+        if destination.exists():
+            continue
+        try:
+            os.link(blob, destination)
+        except OSError:
+            return linked
+        linked += 1
+    return linked
+
+
+def copy_image(source_ctr: Sequence[str], target_ctr: Sequence[str], ref: str, source_root: Path,
+               target_root: Path, log: Path) -> None:  # fmt: skip
+    """Copy image ``ref`` from one node's containerd to another's: ``ctr images export`` piped into
+    ``ctr images import`` (which unpacks it for the target's snapshotter), the blobs hard-linked first.
+
+    Raises:
+        StartError: The export or the import failed (their output is in ``log``).
+    """
+    link_blobs(source_root, target_root)
+    with open(log, "ab") as out:
+        # /dev/stdout: ctr writes the archive to the pipe (its `export` takes a file name).
+        exporter = subprocess.Popen([*source_ctr, "images", "export", "/dev/stdout", ref], stdout=subprocess.PIPE,
+                                    stderr=out)  # fmt: skip
+        importer = subprocess.Popen([*target_ctr, "images", "import", "-"], stdin=exporter.stdout, stdout=out,
+                                    stderr=subprocess.STDOUT)  # fmt: skip
+        assert exporter.stdout is not None
+        exporter.stdout.close()  # the importer holds the pipe's read end now
+        codes = (importer.wait(), exporter.wait())
+    if any(codes):
+        tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-5:])
+        raise StartError(f"copying {ref} between the nodes' containerds failed (exit {codes}); see {log}: {tail}", str(log))
+
+
 def import_pause(ctr: Sequence[str], ref: str, pause_binary: Path, log: Path) -> None:
     """Import the sandbox image: the pause program alone, as ``/pause``."""
     with tempfile.TemporaryDirectory(prefix="cw-pause-") as tmp:

@@ -6,7 +6,11 @@ Nothing here uses an address of an existing interface. Each node ``i`` gets:
 - the veth pair ``cwr<i>h`` (host end, ``172.30.250.<4i+1>/30``) and ``cwr<i>n`` (node end,
   ``.<4i+2>``): the API server listens on node 0's host end, which every node reaches by a route;
 - its pods' range ``10.245.<i>.0/24`` on a bridge inside the namespace, routed from the host to the
-  node end (the API server's answers to pods).
+  node end (the API server's answers to pods);
+- with more than one node, a second veth pair into the *fabric*: a namespace of its own
+  (``cw-real-fabric``) holding one bridge, where node ``i`` has ``172.30.251.<i+1>/24``. Each node
+  routes the other nodes' pod ranges there, so pod-to-pod traffic between nodes (a multi-node run's
+  rendezvous) never enters the host's namespace, whose forwarding stays as it was.
 
 Rules: no default route in a node's or a pod's namespace, no masquerading, and blackhole routes on
 the host for the ranges only KWOK's fake pods and the Services use, so a packet for a fake pod or
@@ -36,6 +40,11 @@ CLUSTER_DNS_IP = str(ipaddress.ip_network(SERVICE_NET)[10])
 LINK_NET = ipaddress.ip_network("172.30.250.0/24")
 #: Real pods' addresses: one /24 per node, apart from KWOK's fake 10.244.0.0/16.
 REAL_POD_NET = ipaddress.ip_network("10.245.0.0/16")
+#: The nodes' addresses on the fabric (node ``i`` has the ``i+1``-th), which joins their namespaces.
+FABRIC_NET = ipaddress.ip_network("172.30.251.0/24")
+#: The fabric's namespace and the bridge in it.
+FABRIC_NETNS = "cw-real-fabric"
+FABRIC_BRIDGE = "cwfab"
 #: Ranges only KWOK's fake pods and the Services use: blackholed on the host.
 BLACKHOLES = (FAKE_POD_NET, SERVICE_NET)
 #: Where network namespaces made by ``ip netns add`` are mounted.
@@ -82,6 +91,21 @@ class NodeNet(Struct, frozen=True):
         return str(self._link.network_address + 2)
 
     @property
+    def fabric_if(self) -> str:
+        """The node's end of its fabric link (inside the node's namespace)."""
+        return f"cwf{self.index}n"
+
+    @property
+    def fabric_port(self) -> str:
+        """The fabric's end of the node's link (a port of the fabric's bridge)."""
+        return f"cwf{self.index}b"
+
+    @property
+    def fabric_ip(self) -> str:
+        """The node's address on the fabric."""
+        return str(FABRIC_NET.network_address + 1 + self.index)
+
+    @property
     def pod_cidr(self) -> str:
         """This node's pods' range."""
         return str(list(REAL_POD_NET.subnets(new_prefix=24))[self.index])
@@ -115,6 +139,41 @@ def setup_commands(node: NodeNet) -> list[list[str]]:
     if node.index > 0:  # the API server's address is node 0's host end
         commands.append([*ns, "ip", "route", "replace", f"{api_address()}/32", "via", node.host_ip])
     return commands
+
+
+def fabric_commands() -> list[list[str]]:
+    """Make the fabric: its namespace and the bridge the nodes' fabric links join."""
+    fabric = ["ip", "-n", FABRIC_NETNS]
+    return [
+        ["ip", "netns", "add", FABRIC_NETNS],
+        [*fabric, "link", "set", "lo", "up"],
+        [*fabric, "link", "add", FABRIC_BRIDGE, "type", "bridge"],
+        [*fabric, "link", "set", FABRIC_BRIDGE, "up"],
+    ]
+
+
+def join_fabric_commands(node: NodeNet, nodes: int) -> list[list[str]]:
+    """Link node ``node`` to the fabric and route the other ``nodes - 1`` nodes' pods through it."""
+    fabric, ns = ["ip", "-n", FABRIC_NETNS], ["ip", "-n", node.netns]
+    commands = [
+        [*fabric, "link", "add", node.fabric_port, "type", "veth", "peer", "name", node.fabric_if, "netns", node.netns],
+        [*fabric, "link", "set", node.fabric_port, "master", FABRIC_BRIDGE, "up"],
+        [*ns, "addr", "add", f"{node.fabric_ip}/{FABRIC_NET.prefixlen}", "dev", node.fabric_if],
+        [*ns, "link", "set", node.fabric_if, "up"],
+    ]
+    for other in (NodeNet(i) for i in range(nodes) if i != node.index):
+        commands.append([*ns, "route", "replace", other.pod_cidr, "via", other.fabric_ip, "dev", node.fabric_if])
+    return commands
+
+
+def fabric_teardown_commands() -> list[list[str]]:
+    """Remove the fabric (its bridge and the nodes' fabric links go with its namespace)."""
+    return [["ip", "netns", "del", FABRIC_NETNS]]
+
+
+def fabric_exists() -> bool:
+    """Whether the fabric's namespace is there."""
+    return os.path.exists(f"{NETNS_DIR}/{FABRIC_NETNS}")
 
 
 def blackhole_commands(add: bool) -> list[list[str]]:
@@ -152,4 +211,4 @@ def namespace_exists(node: NodeNet) -> bool:
     return os.path.exists(node.netns_path)
 
 
-__all__ = ["BLACKHOLES", "FAKE_POD_NET", "LINK_NET", "REAL_POD_NET", "SERVICE_NET", "NodeNet", "api_address"]
+__all__ = ["BLACKHOLES", "FABRIC_NET", "FAKE_POD_NET", "LINK_NET", "REAL_POD_NET", "SERVICE_NET", "NodeNet", "api_address"]

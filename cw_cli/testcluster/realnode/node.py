@@ -53,9 +53,10 @@ def owner_file() -> Path:
     return cache_dir() / "real-node.owner"
 
 
-def containerd_root() -> Path:
-    """containerd's root (images, snapshots): kept across clusters, so an image is imported once."""
-    return cache_dir() / "containerd"
+def containerd_root(index: int = 0) -> Path:
+    """Node ``index``'s containerd root (images, snapshots): kept across clusters, so an image is
+    imported once. One per node: two containerds never share a root (its database is locked)."""
+    return cache_dir() / ("containerd" if index == 0 else f"containerd-{index}")
 
 
 def unavailable_reason() -> str | None:
@@ -102,8 +103,9 @@ class NodeFiles:
         return ["ctr", "--address", str(self.socket), "--namespace", "k8s.io"]
 
 
-def setup_network(index: int = 0) -> None:
-    """Create node ``index``'s namespace and link, and the host's blackhole routes.
+def setup_network(index: int = 0, nodes: int = 1) -> None:
+    """Create node ``index``'s namespace and link, and the host's blackhole routes; with ``nodes``
+    above one, the fabric that joins the nodes (made with node 0) and node ``index``'s link to it.
 
     Raises:
         StartError: A command failed (a namespace of that name exists, say).
@@ -113,6 +115,10 @@ def setup_network(index: int = 0) -> None:
         network.run_commands(network.setup_commands(node))
         if index == 0:
             network.run_commands(network.blackhole_commands(add=True))
+        if nodes > 1:
+            if index == 0:
+                network.run_commands(network.fabric_commands())
+            network.run_commands(network.join_fabric_commands(node, nodes))
     except subprocess.CalledProcessError as e:
         network.run_commands(network.teardown_commands(node), check=False)
         raise StartError(f"setting up the real node's network failed: {' '.join(e.cmd)}: {e.stderr.strip()}") from None
@@ -127,11 +133,12 @@ def _in_netns(index: int, command: list[str]) -> list[str]:
 def start_containerd(files: NodeFiles, pause_ref: str) -> procs.ProcRecord:
     """Write containerd's and the CNI's configs and start containerd in the node's namespace."""
     node = network.NodeNet(files.index)
-    for folder in (files.containerd_state, files.cni_dir, containerd_root()):
+    root = containerd_root(files.index)
+    for folder in (files.containerd_state, files.cni_dir, root):
         folder.mkdir(parents=True, exist_ok=True)
     (files.cni_dir / "10-cw.conflist").write_text(settings.cni_config(node))
     files.containerd_config.write_text(
-        settings.containerd_config(containerd_root(), files.containerd_state, files.socket, files.cni_dir, pause_ref))
+        settings.containerd_config(root, files.containerd_state, files.socket, files.cni_dir, pause_ref))
     containerd = shutil.which("containerd") or "containerd"
     return procs.spawn(f"containerd-{files.index}", _in_netns(files.index, [containerd, "--config", str(files.containerd_config)]),
                        files.dir.parent / "logs" / f"containerd-{files.index}.log", files.dir.parent / "pids")  # fmt: skip
@@ -159,13 +166,28 @@ def has_image(files: NodeFiles, ref: str) -> bool:
     return done.returncode == 0 and ref in done.stdout.split()
 
 
-def ensure_images(files: NodeFiles, pause_binary: Path, pause_ref: str, say: Callable[[str], None]) -> str:
-    """Import the pause image and build the runtime image where the node lacks them; the runtime's ref."""
+def ensure_images(files: NodeFiles, pause_binary: Path, pause_ref: str, say: Callable[[str], None],
+                  first: NodeFiles | None = None) -> str:  # fmt: skip
+    """Import the pause image and build the runtime image where the node lacks them; the runtime's ref.
+
+    Args:
+        files: The node's files (its containerd runs).
+        pause_binary: The pause program the sandbox image is made of.
+        pause_ref: The sandbox image's name.
+        say: Progress.
+        first: Another node whose containerd runs and holds the runtime image: copied from there
+            instead of built again.
+    """
     if not has_image(files, pause_ref):
         image.import_pause(files.ctr(), pause_ref, pause_binary, files.image_log)
     ref = image.runtime_image()
     if not has_image(files, ref):
-        image.build_runtime(files.ctr(), cache_dir() / "images" / "build", files.image_log, say)
+        if first is not None:
+            say(f"copying the runtime image to real node {files.index} (once: it is kept in {containerd_root(files.index)})")
+            image.copy_image(first.ctr(), files.ctr(), ref, containerd_root(first.index), containerd_root(files.index),
+                             files.image_log)  # fmt: skip
+        else:
+            image.build_runtime(files.ctr(), cache_dir() / "images" / "build", files.image_log, say)
         _remove_older_runtimes(files, ref)
     return ref
 
