@@ -165,10 +165,12 @@ def _admin(real_cluster):
 
 
 def test_a_drained_node_stops_the_trainer_with_a_checkpoint_and_the_next_pod_resumes_on_the_other_node(real_cluster, trained):
-    """A warned fault as a cluster delivers it: the node drained as `kubectl drain` does (cordoned,
+    """The trainer's /dev/shm is the memory-backed volume cw sized. A warned fault as a cluster delivers it: the node drained as `kubectl drain` does (cordoned,
     the pod evicted through the Eviction API with its grace period), the kubelet's SIGTERM to PID 1,
     a checkpoint at the next step end, exit 143 (not counted), and the Job's next pod resumes from
     that checkpoint on the other real node, from the same volume."""
+    from cw_cli.client.channels import exec_in_pod
+
     assert trained.returncode == 0
     name = f"{RUN}-drained"
     launched = _cw(real_cluster, "trl", "sft", "configs/test-cluster-sft.yaml", "--gpu", "1", "--name", name,
@@ -188,6 +190,9 @@ def test_a_drained_node_stops_the_trainer_with_a_checkpoint_and_the_next_pod_res
             time.sleep(1)
         assert first and seen >= 3, f"the trainer never logged 3 steps: {seen}"
         drained, pod_name = first["spec"]["nodeName"], first["metadata"]["name"]
+        shm = exec_in_pod(kube, pod_name, "trainer", ["df", "-k", "--output=fstype,size", "/dev/shm"], timeout_s=30)
+        # The memory-backed emptyDir cw renders, sized as cw says (half the 6Gi limit), not a 64M default.
+        assert shm.stdout.decode().split()[-2:] == ["tmpfs", str(3 * 2**20)], shm
         kube.raw("PATCH", f"/api/v1/nodes/{drained}", body={"spec": {"unschedulable": True}},
                  content_type="application/merge-patch+json", what="cordon")  # fmt: skip
         eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod_name, "namespace": "default"},
@@ -237,12 +242,13 @@ except OSError as e:
 """
 
 
-def _run_pod(real_cluster, name: str, command: list[str], until: tuple[str, ...] = ("Succeeded", "Failed")) -> tuple[str, str]:
+def _run_pod(real_cluster, name: str, command: list[str], until: tuple[str, ...] = ("Succeeded", "Failed"),
+             labels: dict[str, str] | None = None) -> tuple[str, str]:  # fmt: skip
     """Run a pod of the runtime image on the real node (namespace default tolerates it) until one
     of the phases ``until``; (its phase, its log)."""
     kube = _admin(real_cluster)
     pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
         "spec": {"restartPolicy": "Never", "nodeSelector": {"cw.dev/real-node": "true"},
                  "containers": [{"name": "main", "image": real_cluster.info.runtime_image, "command": command}]},
     }  # fmt: skip
@@ -270,6 +276,43 @@ def test_pods_reach_the_api_server_by_its_service_and_nothing_leaves_the_machine
     assert counts and all(n == 0 for n in counts.values()), counts
 
 
+_RECEIVER = """
+import http.server, sys
+class Hook(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+        print("received", self.path, body, flush=True)
+        self.send_response(200)
+        self.end_headers()
+http.server.HTTPServer(("", 8080), Hook).serve_forever()
+"""
+RECEIVER = "notify-receiver"
+
+
+@pytest.fixture(scope="module")
+def notify_receiver(real_cluster):
+    """A webhook receiver running in the cluster (a pod and its Service); its log, read on demand."""
+    kube = _admin(real_cluster)
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": RECEIVER, "namespace": "default"},
+               "spec": {"selector": {"app": RECEIVER}, "ports": [{"port": 8080}]}}  # fmt: skip
+    try:
+        kube.request("POST", "/api/v1/namespaces/default/services", body=service, what="the receiver's Service")
+    finally:
+        kube.close()
+    phase, log = _run_pod(real_cluster, RECEIVER, ["python3", "-c", _RECEIVER], until=("Running", "Failed"),
+                          labels={"app": RECEIVER})  # fmt: skip
+    assert phase == "Running", log
+
+    def received() -> str:
+        kube = _admin(real_cluster)
+        try:
+            return kube.raw("GET", f"/api/v1/namespaces/default/pods/{RECEIVER}/log", what="the receiver's log").read().decode()
+        finally:
+            kube.close()
+
+    return received
+
+
 def _run_pods(real_cluster, run: str) -> list[dict]:
     kube = _admin(real_cluster)
     try:
@@ -280,15 +323,18 @@ def _run_pods(real_cluster, run: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("workload", ["Job", "JobSet"])
-def test_a_two_node_run_rendezvous_on_two_real_nodes_and_trains_one_model(real_cluster, workload):
+def test_a_two_node_run_rendezvous_on_two_real_nodes_and_trains_one_model(real_cluster, notify_receiver, workload):
     """`--nodes 2`: one trainer pod per real node; rank 1 finds rank 0 through the Service cw
     renders (the cluster's DNS), torchrun's store and gloo join them, and the 64 examples are split
-    between the two ranks: 8 steps of 2 x 4 make the epoch (one rank alone would take 16)."""
+    between the two ranks: 8 steps of 2 x 4 make the epoch (one rank alone would take 16). The
+    first trainer pod's `notify:` message reaches a receiver running in the cluster, by its name."""
     run = f"two-nodes-{workload.lower()}"
+    hook = f"json://{RECEIVER}.default.svc.cluster.local:8080/{run}"
     launched = _cw(real_cluster, "trl", "sft", "configs/test-cluster-sft.yaml", "--gpu", "1", "--nodes", "2",
                    "--name", run, "--set", f"jobset={'true' if workload == 'JobSet' else 'false'}",
                    "--set", "max_steps=-1", "--set", "num_train_epochs=1", "--set", "save_steps=4",
-                   "--set", "logging_steps=1", "--set", "eval=null", "--wait", timeout=600)  # fmt: skip
+                   "--set", "logging_steps=1", "--set", "eval=null",
+                   "--set", f'notify={{"urls": ["{hook}"], "events": ["succeeded"]}}', "--wait", timeout=600)  # fmt: skip
     said = launched.stdout + launched.stderr
     pods = _run_pods(real_cluster, run)
     assert launched.returncode == 0 and f"run {run} succeeded" in said, said
@@ -303,6 +349,12 @@ def test_a_two_node_run_rendezvous_on_two_real_nodes_and_trains_one_model(real_c
     assert steps == [4, 8], steps  # the epoch split between the two ranks
     logs = _cw(real_cluster, "logs", run).stdout
     assert "'loss'" in logs, logs[-3000:]
+    deadline, received = time.monotonic() + 30, ""
+    while time.monotonic() < deadline and f"/{run} " not in received:
+        received = notify_receiver()
+        time.sleep(1)
+    sent = [line for line in received.splitlines() if line.startswith(f"received /{run} ")]
+    assert len(sent) == 1 and "the command finished (exit code 0)" in sent[0], received  # rank 0 only, once
     _cw(real_cluster, "delete", run)
 
 

@@ -149,12 +149,18 @@ def test_every_real_nodes_containerd_starts_before_and_stops_after_the_control_p
 
 def test_a_second_nodes_containerd_shares_the_first_ones_blobs_by_hard_link(tmp_path):
     source, target = tmp_path / "containerd", tmp_path / "containerd-1"
-    (source / image.BLOBS).mkdir(parents=True)
-    for name in ("a" * 64, "b" * 64):
-        (source / image.BLOBS / name).write_bytes(name.encode())
-    (target / image.BLOBS).mkdir(parents=True)
-    (target / image.BLOBS / ("b" * 64)).write_bytes(b"its own")
-    assert image.link_blobs(source, target) == 1
-    assert (target / image.BLOBS / ("a" * 64)).stat().st_ino == (source / image.BLOBS / ("a" * 64)).stat().st_ino
-    assert (target / image.BLOBS / ("b" * 64)).read_bytes() == b"its own"  # never replaced
-    assert image.link_blobs(tmp_path / "none", target) == 0
+    for root in (source, target):
+        (root / image.BLOBS).mkdir(parents=True)
+    same, other, only_here = "a" * 64, "b" * 64, "c" * 64
+    (source / image.BLOBS / same).write_bytes(b"layer")
+    (target / image.BLOBS / same).write_bytes(b"layer")  # the import's own copy
+    (source / image.BLOBS / other).write_bytes(b"one")
+    (target / image.BLOBS / other).write_bytes(b"three")  # a size that differs: never replaced
+    (target / image.BLOBS / only_here).write_bytes(b"own")
+    assert image.share_blobs(source, target) == 1
+    assert (target / image.BLOBS / same).stat().st_ino == (source / image.BLOBS / same).stat().st_ino
+    assert (target / image.BLOBS / other).read_bytes() == b"three"
+    assert (target / image.BLOBS / only_here).read_bytes() == b"own"
+    assert sorted(p.name for p in (target / image.BLOBS).iterdir()) == [same, other, only_here]  # no staged file left
+    assert image.share_blobs(source, target) == 0  # shared already
+    assert image.share_blobs(tmp_path / "none", target) == 0

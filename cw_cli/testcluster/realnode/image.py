@@ -160,40 +160,44 @@ def import_archive(ctr: Sequence[str], ref: str, layers: list[Path], config: dic
 BLOBS = Path("io.containerd.content.v1.content") / "blobs" / "sha256"
 
 
-def link_blobs(source_root: Path, target_root: Path) -> int:
-    """Hard-link ``source_root``'s blobs into ``target_root``'s content store; how many were linked.
+def share_blobs(source_root: Path, target_root: Path) -> int:
+    """Make each blob ``target_root`` has and ``source_root`` has too one file: the target's copy is
+    replaced by a hard link to the source's; how many were replaced.
 
-    A blob's file is named by its digest and never rewritten, so two containerd roots may share it:
-    the importing containerd then finds each layer already there (content sharing, its default
-    policy) and writes none of the image's gigabytes again. Falls back to nothing (the import
-    copies) across filesystems.
+    A blob's file is named by its digest (containerd checked it when the blob was written) and never
+    changed afterwards, so two containerd roots may share it: a second node then costs only its
+    unpacked snapshot on disk. ``ctr images import`` writes every blob anew, so this runs after it.
+    Nothing is shared across filesystems (the link fails, the copy stays).
     """
     source, target = source_root / BLOBS, target_root / BLOBS
-    if not source.is_dir():
+    if not source.is_dir() or not target.is_dir():
         return 0
-    target.mkdir(parents=True, exist_ok=True)
-    linked = 0
-    for blob in source.iterdir():
-        destination = target / blob.name
-        if destination.exists():
-            continue
+    shared = 0
+    for blob in target.iterdir():
+        original = source / blob.name
         try:
-            os.link(blob, destination)
+            if not original.is_file() or original.stat().st_ino == blob.stat().st_ino:
+                continue
+            if original.stat().st_size != blob.stat().st_size:
+                continue  # not the same content after all: keep both
+            staged = blob.with_name(blob.name + ".cw-link")
+            os.link(original, staged)
+            os.replace(staged, blob)
         except OSError:
-            return linked
-        linked += 1
-    return linked
+            continue
+        shared += 1
+    return shared
 
 
 def copy_image(source_ctr: Sequence[str], target_ctr: Sequence[str], ref: str, source_root: Path,
                target_root: Path, log: Path) -> None:  # fmt: skip
     """Copy image ``ref`` from one node's containerd to another's: ``ctr images export`` piped into
-    ``ctr images import`` (which unpacks it for the target's snapshotter), the blobs hard-linked first.
+    ``ctr images import`` (which unpacks it for the target's snapshotter); then the two roots share
+    the blobs (:func:`share_blobs`).
 
     Raises:
         StartError: The export or the import failed (their output is in ``log``).
     """
-    link_blobs(source_root, target_root)
     with open(log, "ab") as out:
         # /dev/stdout: ctr writes the archive to the pipe (its `export` takes a file name).
         exporter = subprocess.Popen([*source_ctr, "images", "export", "/dev/stdout", ref], stdout=subprocess.PIPE,
@@ -206,6 +210,7 @@ def copy_image(source_ctr: Sequence[str], target_ctr: Sequence[str], ref: str, s
     if any(codes):
         tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-5:])
         raise StartError(f"copying {ref} between the nodes' containerds failed (exit {codes}); see {log}: {tail}", str(log))
+    share_blobs(source_root, target_root)
 
 
 def import_pause(ctr: Sequence[str], ref: str, pause_binary: Path, log: Path) -> None:
