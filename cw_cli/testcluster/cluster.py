@@ -160,8 +160,9 @@ def up(
         raise TestClusterError(f"real_nodes must be 1 to {MAX_REAL_NODES} (one /24 of pod addresses each)")
     check_state_dir(state)
 
+    # More than one real node is asked for by name: a running cluster with fewer is not what was asked.
     running = _reuse_running(state, user_kc, gpu_nodes, cpu_nodes, timeout, set_current_context, say, kueue,
-                             real_nodes if real_node else 0)  # fmt: skip
+                             real_nodes if real_node or real_nodes > 1 else 0)  # fmt: skip
     if running is not None:
         return running
 
