@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import pytest
 
-#: Tests that train or run pods on the real node: CPU-bound, so never two at once.
-CPU_BOUND = ("tests/training/", "tests/cluster/test_the_real_node_")
+#: Tests that train or run pods on the real node: CPU-bound, so never two at once. Also the unit
+#: test that writes a W&B offline run: beside a training test's W&B run it read a truncated file
+#: (CI, stop 50); in order with them it never meets one.
+CPU_BOUND = ("tests/training/", "tests/cluster/test_the_real_node_",
+             "tests/unit/test_eval_config_is_checked_before_anything_is_created.py")
 #: Tests against the KWOK and Kueue clusters: mostly waiting on the API server.
 API_BOUND = ("tests/cluster/",)
 
