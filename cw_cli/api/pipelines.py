@@ -12,7 +12,7 @@ from msgspec import Struct
 
 from cw_cli.api.planning import PlannedRun, Progress, _quiet, plan, read_config
 from cw_cli.errors import ConfigError, CwError
-from cw_cli.labels import TRAINER
+from cw_cli.labels import READER, TRAINER
 
 if TYPE_CHECKING:
     from cw_cli.api.run import Run
@@ -113,6 +113,45 @@ def _output_dir(planned: PlannedRun) -> tuple[str, str | None]:
     return run_dir, claims_of(pod_spec).get("checkpoints")
 
 
+def _adapter_switch(planned: PlannedRun) -> str | None:
+    """The config line that makes a planned run leave a LoRA adapter instead of a whole model (its
+    framework's own words for LoRA and QLoRA, as cw's memory advice spells them), or None."""
+    import yaml
+
+    from cw_cli.estimate.values import truthy
+
+    words = planned.request.framework.framework.words
+    native = planned.request.config.native
+    for line in (words.lora[:1] + words.qlora[:1]) if words else ():
+        key, _, text = line.partition(":")
+        value: Any = native
+        for part in key.strip().split("."):  # a nested key is written dotted (trainer.args.use_lora)
+            value = value.get(part) if isinstance(value, dict) else None
+        wanted = yaml.safe_load(text)
+        if (truthy(value) if wanted is True else value == wanted):
+            return line
+    return None
+
+
+def _check_whole_model(path: Path, pipeline: Pipeline, stage: str, key: str, other: PlannedRun, other_stage: str) -> None:
+    """A stage starts from another stage's final model only if that is a whole model: TRL's and
+    Axolotl's loaders read the folder's config.json, which a LoRA adapter lacks (a single run's
+    ``run:`` reference takes the adapter's merged export instead, which a pipeline has not made).
+
+    Raises:
+        ConfigError: The other stage trains a LoRA adapter, naming the line that turns it on.
+    """
+    switch = _adapter_switch(other)
+    if switch is None:
+        return
+    switch_key, _, value = switch.partition(":")
+    off = "false" if value.strip() == "true" else "null"
+    raise ConfigError([f"{path}: stage {stage}: {key}: run:{other_stage} is stage {other_stage}'s final model, a LoRA adapter "
+                       f"({switch.strip()} in {pipeline.stage(other_stage).config}), and a run starts from a whole model"],
+                      hint=f"train stage {other_stage} in full: `set: {{{switch_key.strip()}: {off}}}` on it in {path}; or launch it "
+                           "alone, merge it (cw export RUN --merge --wait) and start from run:RUN")  # fmt: skip
+
+
 def _eval_stage(pipeline: Pipeline, stage: Stage, evaluated: PlannedRun, namespace: str | None) -> PlannedStage:
     """An evaluation stage: `cw eval RUN --checkpoint final` of the evaluated stage's planned run,
     a Job the keeper creates (suspended and released, as a run's) once that stage succeeded.
@@ -144,6 +183,22 @@ def _eval_stage(pipeline: Pipeline, stage: Stage, evaluated: PlannedRun, namespa
     # Labelled as `cw eval` labels it: part of the evaluated run (its pipeline and stage), so `cw
     # list` and `cw logs RUN --role eval` find it with that run; the keeper knows it by name.
     return PlannedStage(stage.name, stage.after, Plan(run_name=name, workload=Workload("Job"), manifests=manifests, owner_name=name))
+
+
+def _helper_image(connect: Callable[[], Kube] | None, if_reachable: bool) -> str:
+    """The cluster's helper image for the keeper (the kubeconfig context may name one: the test
+    cluster's real nodes have only the images built there); the public default without a
+    connection, or on a dry run whose kubeconfig cannot be read."""
+    from cw_cli.render.helper_pods import READER_IMAGE
+
+    if connect is None:
+        return READER_IMAGE
+    try:
+        return connect().helper_image(READER, READER_IMAGE)
+    except CwError:
+        if if_reachable:
+            return READER_IMAGE
+        raise
 
 
 def plan_pipeline(
@@ -185,6 +240,7 @@ def plan_pipeline(
                        set=assignments or None)  # fmt: skip
         if stage.name in refs:
             other = refs[stage.name][1]
+            _check_whole_model(path, pipeline, stage.name, refs[stage.name][0], runs[other], other)
             theirs, ours = _output_dir(runs[other])[1], _output_dir(planned)[1]
             if theirs != ours or theirs is None:
                 raise ConfigError([f"{path}: stage {stage.name} starts from stage {other}'s model, which is on volume {theirs}, "
@@ -198,7 +254,7 @@ def plan_pipeline(
     keeper: list[dict[str, Any]] = []
     if len(created) < len(stages):
         try:
-            keeper = keeper_manifests(pipeline.name, stages, created, {})
+            keeper = keeper_manifests(pipeline.name, stages, created, {}, image=_helper_image(connect, if_reachable))
         except ValueError as exc:
             raise ConfigError([f"{path}: {exc}: too much for the pipeline's ConfigMap"],
                               hint="ship large files in a volume instead of `files:`") from None  # fmt: skip

@@ -121,8 +121,10 @@ def keeper_rules(pipeline: str, stages: list[PlannedStage], created: set[str]) -
     return rules + extra
 
 
-def keeper_manifests(pipeline: str, stages: list[PlannedStage], created: set[str], labels: dict[str, str]) -> list[dict[str, Any]]:
-    """The keeper's Job (first: it owns the rest), ConfigMap, ServiceAccount, Role and RoleBinding.
+def keeper_manifests(pipeline: str, stages: list[PlannedStage], created: set[str], labels: dict[str, str],
+                     image: str = READER_IMAGE) -> list[dict[str, Any]]:  # fmt: skip
+    """The keeper's Job (first: it owns the rest), ConfigMap, ServiceAccount, Role and RoleBinding;
+    ``image`` is the cluster's helper image (any with ``python3`` runs the keeper).
 
     Raises:
         ValueError: pipeline.json is over :data:`MAX_DOCUMENT` (the caller names the file).
@@ -134,7 +136,7 @@ def keeper_manifests(pipeline: str, stages: list[PlannedStage], created: set[str
         raise ValueError(f"the later stages' objects take {len(text.encode()) // 1024} KiB, over {MAX_DOCUMENT // 1024} KiB")
     meta = {"name": name, "labels": labels}
     container = {
-        "name": "pipeline", "image": READER_IMAGE, "imagePullPolicy": "IfNotPresent",
+        "name": "pipeline", "image": image, "imagePullPolicy": "IfNotPresent",
         "command": ["python3", f"{CONFIG_MOUNT}/{PIPELINE_FILE}"],
         "env": [{"name": "CW_PIPELINE_FILE", "value": f"{CONFIG_MOUNT}/pipeline.json"},
                 {"name": "CW_PIPELINE_POLL_S", "value": str(POLL_S)}],

@@ -99,8 +99,9 @@ def apiserver_args(pki: Pki, ports: Mapping[str, int], address: str = "127.0.0.1
         "--allow-privileged=true",
         f"--endpoint-reconciler-type={reconciler}",
         # A real node's kubelet may change only its own Node and its pods' status; a namespace
-        # may give its pods default tolerations (namespace default tolerates the real node).
-        "--enable-admission-plugins=NodeRestriction,PodTolerationRestriction",
+        # may give its pods default tolerations and a node selector (namespace default's pods run
+        # on the real nodes).
+        "--enable-admission-plugins=NodeRestriction,PodTolerationRestriction,PodNodeSelector",
         # pods/log, exec etc. are proxied to kwok's kubelet-like server on 127.0.0.1, or to a real
         # node's kubelet on its own address.
         f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",

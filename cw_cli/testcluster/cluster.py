@@ -48,7 +48,7 @@ from .records import (
     start_rank,
 )
 from .state_files import client_certs, node_manifests, write_kubeconfigs, write_kwok_files
-from .volumes import DEFAULT_CLAIM, DEFAULT_NAMESPACE, real_node_tolerations, volume_manifests
+from .volumes import DEFAULT_CLAIM, DEFAULT_NAMESPACE, real_node_namespace, volume_manifests
 
 if TYPE_CHECKING:
     from cw_cli.client.connection import Kube
@@ -77,11 +77,11 @@ def _nodes_ready(kube: Kube, wanted: set[str]) -> bool:
 def _create_checkpoint_volume(kube: Kube, real_node_dir: Path | None) -> None:
     """The quick start's checkpoint volume (claim `checkpoints` in default), bound at once; with a
     real node, on that node's disk (so pods that mount it run there), and namespace default's pods
-    tolerate the real node."""
+    all run on the real nodes."""
     volume, claim = volume_manifests(DEFAULT_NAMESPACE, DEFAULT_CLAIM, real_node_dir=real_node_dir)
     if real_node_dir:
-        kube.raw("PATCH", f"/api/v1/namespaces/{DEFAULT_NAMESPACE}", body=real_node_tolerations(),
-                 content_type="application/merge-patch+json", what="let namespace default's pods run on the real node")  # fmt: skip
+        kube.raw("PATCH", f"/api/v1/namespaces/{DEFAULT_NAMESPACE}", body=real_node_namespace(),
+                 content_type="application/merge-patch+json", what="put namespace default's pods on the real nodes")  # fmt: skip
     api.create(kube, "/api/v1/persistentvolumes", volume)
     api.create(kube, f"/api/v1/namespaces/{DEFAULT_NAMESPACE}/persistentvolumeclaims", claim)
 

@@ -23,11 +23,14 @@ DEFAULT_NAMESPACE = "default"
 REAL_NODE_KEY = "cw.dev/real-node"
 
 
-def real_node_tolerations() -> dict[str, Any]:
-    """A merge patch that gives a namespace's pods a toleration of the real node's taint (the API
-    server's PodTolerationRestriction adds it), so cw's helper pods run there like its runs."""
+def real_node_namespace() -> dict[str, Any]:
+    """A merge patch that puts every pod of a namespace on the real nodes: a toleration of their
+    taint (the API server's PodTolerationRestriction adds it) and a node selector for their label
+    (its PodNodeSelector adds that). So cw's pods that mount no volume (the pipeline keeper, a
+    server, a notification receiver) never land on a KWOK fake node, where nothing would run."""
     toleration = [{"key": REAL_NODE_KEY, "operator": "Exists", "effect": "NoSchedule"}]
-    return {"metadata": {"annotations": {"scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(toleration)}}}
+    return {"metadata": {"annotations": {"scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(toleration),
+                                         "scheduler.alpha.kubernetes.io/node-selector": f"{REAL_NODE_KEY}=true"}}}
 
 
 def volume_manifests(namespace: str, claim: str, size: str = "500Gi",

@@ -25,12 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from documented_users import DocumentedUsers
 
 _HERE = Path(__file__).resolve().parent
-#: The shipped Roles (docs/rbac.md): the tests apply these very files.
-DOCS = _HERE.parent.parent / "docs"
-#: The placeholders of the shipped files, replaced by the test's namespace and user.
-DOC_NAMESPACE, DOC_USER = "ml-team", "alice@example.com"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -357,96 +354,17 @@ def record_requests():
         kube.__dict__.pop("raw", None)
 
 
-def documented_rbac(role: str, namespace: str) -> list[dict]:
-    """The objects of docs/rbac-<role>.yaml for ``namespace``: its placeholder namespace replaced
-    wherever it appears (metadata, resourceNames), as the file tells its reader to do."""
-    import yaml
-
-    text = (DOCS / f"rbac-{role}.yaml").read_text(encoding="utf-8")
-    documents = [doc for doc in yaml.safe_load_all(text) if doc]
-
-    def replace(value):
-        if isinstance(value, dict):
-            return {k: replace(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [replace(v) for v in value]
-        return namespace if value == DOC_NAMESPACE else value
-
-    return [replace(doc) for doc in documents]
-
-
 @pytest.fixture
 def as_documented_roles(kube_cluster, kube_api, namespace, tmp_path):
     """``as_documented_roles("read-only", "after-training")`` -> an environment for `cw` acting as a
-    user bound to exactly those shipped Roles (docs/rbac-<role>.yaml, applied as written, with the
-    namespace and the subject replaced), nothing else.
+    user bound to exactly those shipped Roles (:class:`DocumentedUsers`), nothing else.
 
     The user is a ServiceAccount of the test's namespace with its own token (a kubeconfig with the
     admin's cluster and that token), so every request cw sends, its exec and port-forward streams
     included, is judged by RBAC as that user. ``impersonate=True`` instead keeps the admin's
     certificate and acts as the user through the kubeconfig's ``as:`` (Impersonate-User headers).
-    The cluster-scoped bindings are removed at the end; the namespace takes the rest with it.
     """
-    import yaml
-    from kubernetes import client
-
-    rbac, core = client.RbacAuthorizationV1Api(kube_api), client.CoreV1Api(kube_api)
-    cluster_bindings: list[str] = []
-    roles_made: set[str] = set()
-    made = 0
-
-    def make(*roles: str, impersonate: bool = False) -> dict[str, str]:
-        nonlocal made
-        made += 1
-        user = f"cw-user-{made}"
-        if impersonate:
-            subject = {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
-        else:
-            core.create_namespaced_service_account(namespace, {"metadata": {"name": user}})
-            subject = {"kind": "ServiceAccount", "name": user, "namespace": namespace}
-        for role in roles:
-            for obj in documented_rbac(role, namespace):
-                kind, name = obj["kind"], obj["metadata"]["name"]
-                if kind == "Role":
-                    if name not in roles_made:
-                        rbac.create_namespaced_role(namespace, obj)
-                        roles_made.add(name)
-                elif kind == "ClusterRole":
-                    try:  # cluster-wide, shared by the tests: the first one creates it
-                        rbac.create_cluster_role(obj)
-                    except client.ApiException as e:
-                        if e.status != 409:
-                            raise
-                elif kind == "RoleBinding":
-                    obj["metadata"]["name"] = f"{name}-{user}"
-                    rbac.create_namespaced_role_binding(namespace, {**obj, "subjects": [subject]})
-                elif kind == "ClusterRoleBinding":
-                    obj["metadata"]["name"] = f"{name}-{namespace}-{user}"
-                    rbac.create_cluster_role_binding({**obj, "subjects": [subject]})
-                    cluster_bindings.append(obj["metadata"]["name"])
-                else:
-                    raise AssertionError(f"docs/rbac-{role}.yaml holds a {kind}: only RBAC objects belong there")
-        config = yaml.safe_load(kube_cluster.kubeconfig.read_text())
-        if impersonate:
-            for entry in config["users"]:
-                entry["user"]["as"] = user
-        else:
-            token = core.create_namespaced_service_account_token(user, namespace, {"spec": {"expirationSeconds": 3600}})
-            config["users"] = [{"name": user, "user": {"token": token.status.token}}]
-            for context in config["contexts"]:
-                context["context"]["user"] = user
-        path = tmp_path / f"{user}.kubeconfig"
-        path.write_text(yaml.safe_dump(config))
-        env = dict(os.environ)
-        env["KUBECONFIG"] = str(path)
-        env.pop("CW_TEST_KUBECONFIG", None)
-        return env
-
-    yield make
-    for name in cluster_bindings:
-        try:
-            rbac.delete_cluster_role_binding(name)
-        except client.ApiException as e:
-            if e.status != 404:
-                raise
+    users = DocumentedUsers(kube_api, kube_cluster.kubeconfig, namespace, tmp_path)
+    yield users.make
+    users.close()
 

@@ -2,7 +2,8 @@
 adapter in a real pod; what it wrote is read back through a reader pod and `cw download`; each
 checkpoint and the final model are scored by evaluation pods whose scores reach `cw artifacts`;
 `cw export --merge`, `cw try` (transformers' server on CPU, through a real port-forward), `cw eval`
-and a DPO run from `run:NAME` work on it as a newcomer types them; a `--nodes 2` run's pods, on two
+and a DPO run from `run:NAME` work on it as a newcomer types them; a pipeline (SFT, DPO from it, the
+DPO model's evaluation) runs its keeper in a real pod, as a user holding only the shipped Roles; a `--nodes 2` run's pods, on two
 real nodes, rendezvous over gloo and train one model, through the Job and the JobSet; pods reach the API server
 through the `kubernetes` Service and each other by name through the cluster's DNS, and nothing
 outside the machine; `cw cluster down` leaves no process, mount, network namespace or route behind.
@@ -144,6 +145,70 @@ def test_export_merge_try_and_a_dpo_run_from_the_run(real_cluster, trained):
     assert "'loss'" in logs, logs[-3000:]
 
 
+@pytest.fixture
+def newcomer(real_cluster, tmp_path):
+    """`cw` as a user of namespace default bound to the three shipped Roles (docs/rbac-*.yaml), no more."""
+    from documented_users import DocumentedUsers
+    from kubernetes import config as kconfig
+
+    api = kconfig.new_client_from_config(config_file=str(real_cluster.kubeconfig))
+    users = DocumentedUsers(api, real_cluster.kubeconfig, "default", tmp_path)
+    yield users.make("read-only", "launch", "after-training")
+    users.close()
+    api.close()
+
+
+def test_a_pipeline_trains_sft_then_dpo_from_it_and_scores_the_dpo_model(real_cluster, newcomer):
+    """`cw pipeline configs/test-cluster-pipeline.yaml`, by a user holding only the shipped Roles: the
+    SFT stage starts at once; the keeper, a Job of cw's helper image on a real node (namespace
+    default's pods run there), creates the DPO run from the SFT model once SFT succeeded, then the
+    DPO model's evaluation, whose score reaches `cw artifacts`."""
+
+    def cw(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "cw_cli", *args], env=newcomer, cwd=REPO, capture_output=True,
+                              text=True, timeout=timeout)  # fmt: skip
+
+    launched = cw("pipeline", "configs/test-cluster-pipeline.yaml")
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    kube = _admin(real_cluster)
+    try:
+        def states() -> dict[str, str]:
+            found = kube.request("GET", "/api/v1/namespaces/default/configmaps/tc-pipeline", what="keeper's ConfigMap")
+            return json.loads((found["metadata"].get("annotations") or {}).get("cw-cli.dev/pipeline-stages", "{}"))
+
+        deadline, seen = time.monotonic() + 1200, {}
+        while time.monotonic() < deadline and not (seen and all(s in ("Succeeded", "Failed", "Skipped") for s in seen.values())):
+            time.sleep(10)
+            seen = states()
+        assert seen == {"sft": "Succeeded", "dpo": "Succeeded", "eval": "Succeeded"}, seen
+        keepers = kube.request("GET", "/api/v1/namespaces/default/pods",
+                               query={"labelSelector": "batch.kubernetes.io/job-name=tc-pipeline"}, what="pods")["items"]  # fmt: skip
+        assert keepers and all(pod["spec"]["nodeName"].startswith("cw-real-") for pod in keepers), keepers
+        assert keepers[0]["spec"]["containers"][0]["image"] == real_cluster.info.runtime_image
+
+        def job(name: str) -> dict:
+            return kube.request("GET", f"/apis/batch/v1/namespaces/default/jobs/{name}", what=f"Job {name}")
+
+        def finished(found: dict) -> str:
+            return next(c["lastTransitionTime"] for c in found["status"]["conditions"] if c["type"] == "Complete")
+
+        sft, dpo, evaluation = job("tc-sft-trainer"), job("tc-dpo-trainer"), job("tc-dpo-eval-final")
+        assert dpo["metadata"]["creationTimestamp"] >= finished(sft)  # RFC 3339 in UTC: text order is time order
+        assert evaluation["metadata"]["creationTimestamp"] >= finished(dpo)
+    finally:
+        kube.close()
+    listed = cw("artifacts", "tc-dpo", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    final = next(item for item in json.loads(listed.stdout)["artifacts"] if item["kind"] == "final")
+    score = final["scores"]["scores"]["cw_test_cluster_mc/acc"]
+    assert 0.0 <= score <= 1.0, final
+    listed = cw("list")
+    assert "pipeline tc: evaluations: eval succeeded" in listed.stderr, (listed.stdout, listed.stderr)
+    assert {"tc/sft", "tc/dpo"} <= set(listed.stdout.split()), listed.stdout
+    for run in ("tc-sft", "tc-dpo"):
+        cw("delete", run)
+
+
 def test_a_trainer_over_its_memory_limit_is_oom_killed_by_the_kernel_and_cw_status_says_so(real_cluster, trained):
     """A real cgroup limit, a real OOM kill reported by the kubelet (no stand-in's annotation)."""
     assert trained.returncode == 0
@@ -244,12 +309,12 @@ except OSError as e:
 
 def _run_pod(real_cluster, name: str, command: list[str], until: tuple[str, ...] = ("Succeeded", "Failed"),
              labels: dict[str, str] | None = None) -> tuple[str, str]:  # fmt: skip
-    """Run a pod of the runtime image on the real node (namespace default tolerates it) until one
-    of the phases ``until``; (its phase, its log)."""
+    """Run a pod of the runtime image on a real node (namespace default puts its pods there, with no
+    node selector of the pod's own) until one of the phases ``until``; (its phase, its log)."""
     kube = _admin(real_cluster)
     pod = {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
-        "spec": {"restartPolicy": "Never", "nodeSelector": {"cw.dev/real-node": "true"},
+        "spec": {"restartPolicy": "Never",
                  "containers": [{"name": "main", "image": real_cluster.info.runtime_image, "command": command}]},
     }  # fmt: skip
     try:

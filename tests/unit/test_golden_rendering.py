@@ -78,7 +78,8 @@ def render_golden(stem: str) -> str:
 
 
 def test_every_example_config_has_a_golden_entry():
-    stems = {path.stem for path in CONFIGS.glob("*.yaml")}
+    # A pipeline file (`stages:`) is no run config: cw pipeline plans its stages' configs, which are here.
+    stems = {path.stem for path in CONFIGS.glob("*.yaml") if "stages" not in yaml.safe_load(path.read_text(encoding="utf-8"))}
     assert stems == set(GOLDEN_CONFIGS), "a new example config needs a golden file (add it to GOLDEN_CONFIGS)"
 
 

@@ -149,3 +149,25 @@ def test_the_shipped_example_pipeline_plans_sft_then_dpo_from_it_then_its_evalua
     assert mounted["model_name_or_path"].startswith("/checkpoints/rlhf-sft")
     settings = json.loads(planned.stages[-1].plan.manifests[1]["data"]["cw-eval.json"])
     assert settings["tasks"] == ["hellaswag"] and settings["metric"] == "hellaswag/acc_norm"
+
+
+def test_the_test_cluster_pipeline_runs_its_keeper_in_the_clusters_helper_image(tmp_path):
+    """configs/test-cluster-pipeline.yaml plans the README's run, DPO from it and the DPO model's
+    evaluation on CPU; its keeper takes the helper image the kubeconfig context names (a real
+    node has no other), and the public default without a connection."""
+    from unit_helpers import CONFIGS
+
+    from cw_cli.labels import READER
+    from cw_cli.render.helper_pods import READER_IMAGE
+
+    class _Kube:  # what plan_pipeline asks of a connection on a dry run: the context's helper image
+        def helper_image(self, role: str, default: str) -> str:
+            return {READER: "cw.local/cw-runtime:x"}.get(role, default)
+
+    planned = plan_pipeline(CONFIGS / "test-cluster-pipeline.yaml")
+    assert [(s.name, s.after) for s in planned.stages] == [("sft", ()), ("dpo", ("sft",)), ("eval", ("dpo",))]
+    assert planned.keeper[0]["spec"]["template"]["spec"]["containers"][0]["image"] == READER_IMAGE
+    evaluation = planned.stages[-1].plan.manifests[0]["spec"]["template"]["spec"]["containers"][0]
+    assert "nvidia.com/gpu" not in evaluation["resources"].get("limits", {}) and evaluation["resources"]["limits"]["memory"] == "4Gi"
+    connected = plan_pipeline(CONFIGS / "test-cluster-pipeline.yaml", connect=_Kube, if_reachable=True)
+    assert connected.keeper[0]["spec"]["template"]["spec"]["containers"][0]["image"] == "cw.local/cw-runtime:x"

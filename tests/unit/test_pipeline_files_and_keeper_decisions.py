@@ -98,6 +98,25 @@ def test_a_stage_reference_across_volumes_is_refused(tmp_path):
     assert "stage dpo starts from stage sft's model, which is on volume ckpts, and its own checkpoint_volume is other" in raised.value.message
 
 
+@pytest.mark.parametrize("adapter,line,switch", [({"use_peft": True}, "use_peft: true", "use_peft: false"),
+                                                  ({"use_peft": "true", "load_in_4bit": True}, "use_peft: true", "use_peft: false")])
+def test_a_stage_starting_from_a_stage_that_trains_a_lora_adapter_is_refused_naming_the_line(tmp_path, adapter, line, switch):
+    """TRL loads a whole model (config.json), which an adapter folder lacks: found on a real node,
+    where such a DPO stage failed in its pod after the SFT stage had trained."""
+    path = _files(tmp_path)
+    (tmp_path / "sft.yaml").write_text(yaml.safe_dump({**SFT, **adapter}))
+    with pytest.raises(ConfigError) as raised:
+        plan_pipeline(path)
+    assert raised.value.message == (f"{path}: stage dpo: model_name_or_path: run:sft is stage sft's final model, a LoRA adapter "
+                                    f"({line} in {tmp_path / 'sft.yaml'}), and a run starts from a whole model")  # fmt: skip
+    assert f"`set: {{{switch}}}` on it in {path}" in (raised.value.hint or "")
+    stages = {"sft": {"framework": "trl", "type": "sft", "config": "sft.yaml", "set": {"use_peft": False}},
+              "dpo": {"framework": "trl", "type": "dpo", "config": "dpo.yaml"}}  # fmt: skip
+    path = _files(tmp_path, stages=stages)
+    (tmp_path / "sft.yaml").write_text(yaml.safe_dump({**SFT, **adapter}))
+    assert [s.name for s in plan_pipeline(path).stages] == ["sft", "dpo"]  # as the hint says
+
+
 def test_a_cycle_made_by_references_is_refused(tmp_path):
     stages = {"sft": {"framework": "trl", "type": "sft", "config": "sft.yaml", "after": ["dpo"]},
               "dpo": {"framework": "trl", "type": "dpo", "config": "dpo.yaml"}}  # fmt: skip

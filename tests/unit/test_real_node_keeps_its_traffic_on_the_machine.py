@@ -11,7 +11,7 @@ import yaml
 
 from cw_cli.testcluster import argv
 from cw_cli.testcluster.realnode import image, network, settings
-from cw_cli.testcluster.volumes import REAL_NODE_KEY, real_node_tolerations, volume_manifests
+from cw_cli.testcluster.volumes import REAL_NODE_KEY, real_node_namespace, volume_manifests
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,15 +116,17 @@ def test_containerd_may_only_raise_oom_score_adj_and_uses_the_imported_pause_ima
     assert f'conf_dir = "{tmp_path / "cni"}"' in text
 
 
-def test_the_default_checkpoint_volume_puts_its_pods_on_the_real_node(tmp_path):
+def test_the_default_checkpoint_volume_and_namespace_put_their_pods_on_the_real_node(tmp_path):
     volume, claim = volume_manifests("default", "checkpoints", real_node_dir=tmp_path / "volumes")
     term = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]
     assert term == {"key": REAL_NODE_KEY, "operator": "In", "values": ["true"]}
     assert volume["spec"]["hostPath"] == {"path": f"{tmp_path}/volumes/default/checkpoints", "type": "DirectoryOrCreate"}
     fake_only, _ = volume_manifests("default", "checkpoints")
     assert "nodeAffinity" not in fake_only["spec"]
-    annotation = real_node_tolerations()["metadata"]["annotations"]["scheduler.alpha.kubernetes.io/defaultTolerations"]
-    assert json.loads(annotation) == [{"key": settings.REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}]
+    annotations = real_node_namespace()["metadata"]["annotations"]
+    tolerations = json.loads(annotations["scheduler.alpha.kubernetes.io/defaultTolerations"])
+    assert tolerations == [{"key": settings.REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}]
+    assert annotations["scheduler.alpha.kubernetes.io/node-selector"] == f"{settings.REAL_NODE_LABEL}=true"
     assert REAL_NODE_KEY == settings.REAL_NODE_LABEL
 
 
