@@ -157,7 +157,8 @@ def up(
     if gpu_nodes < 0 or cpu_nodes < 0:
         raise TestClusterError("node counts must be >= 0")
     if not 1 <= real_nodes <= MAX_REAL_NODES:
-        raise TestClusterError(f"real_nodes must be 1 to {MAX_REAL_NODES} (one /24 of pod addresses each)")
+        raise TestClusterError(f"{real_nodes} real nodes asked for: 1 to {MAX_REAL_NODES} can run (each takes one /24 "
+                               "of the real pods' addresses)")  # fmt: skip
     check_state_dir(state)
 
     # More than one real node is asked for by name: a running cluster with fewer is not what was asked.

@@ -166,3 +166,18 @@ def test_a_second_nodes_containerd_shares_the_first_ones_blobs_by_hard_link(tmp_
     assert sorted(p.name for p in (target / image.BLOBS).iterdir()) == [same, other, only_here]  # no staged file left
     assert image.share_blobs(source, target) == 0  # shared already
     assert image.share_blobs(tmp_path / "none", target) == 0
+
+
+def test_more_real_nodes_than_pod_ranges_are_refused_before_anything_starts(tmp_path):
+    from click.testing import CliRunner
+    from unit_helpers import builtin_registry
+
+    from cw_cli.cli.app import build_app
+
+    state = tmp_path / "state"
+    env = {"KUBECONFIG": str(tmp_path / "no-kubeconfig"), "HOME": str(tmp_path)}
+    result = CliRunner().invoke(build_app(builtin_registry()), ["cluster", "up", "--real-nodes", "5", "--state-dir", str(state)],
+                                env=env)  # fmt: skip
+    assert result.exit_code != 0
+    assert "5 real nodes asked for: 1 to 4 can run" in result.output, result.output
+    assert not state.exists()  # refused before the cluster's folder was made
