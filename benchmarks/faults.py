@@ -81,7 +81,7 @@ sys.path.insert(0, str(ROOT))
 TRAINING_TESTS = ROOT / "tests" / "training"
 HOOKS = TRAINING_TESTS / "fault_hooks"
 SFT_CONFIG = ROOT / "configs" / "trl-sft.yaml"
-NOTIFY_MODULE = ROOT / "cw_cli" / "runtime" / "cw_notify.py"
+NOTIFY_MODULE = ROOT / "cw_cli" / "features" / "notify" / "pod" / "cw_notify.py"
 
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cw_cli import features
 from cw_cli.api import sweeps
 from cw_cli.api.memory import WontFit, estimate_run
 from cw_cli.api.planning import PlannedRun, Progress, _quiet, _registry, plan
@@ -170,10 +171,7 @@ class Session:
             )  # fmt: skip
         if check_memory:
             self.check_memory(planned, gpu_memory=gpu_memory, force=force, dry_run=server_dry_run, progress=progress)
-        if planned.request.config.cluster.notify is not None:  # Apprise reads the URLs: only a launch pays for it
-            from cw_cli.config.notify import check_urls
-
-            check_urls(planned.request.config.cluster.notify, planned.request.config.path)
+        features.before_launch(planned.request.config.cluster, planned.request.config.path)  # notify's Apprise: only a launch pays
         result = launch(
             self.kube,
             planned.plan,

@@ -1,5 +1,5 @@
 """How cw's config models are built: with pydantic's plugin lookup off, and the blocks few configs
-have (``eval:``, ``notify:``, ``gate:``) only when a config has them.
+have (``eval:``, ``gate:``, the features' such as ``notify:``) only when a config has them.
 
 Every command that reads a config builds :class:`~cw_cli.config.models.ClusterSpec`'s validator;
 a nested model's schema is built into it, which for those three blocks cost 69 M instructions of a
@@ -13,10 +13,12 @@ from __future__ import annotations
 import os
 import sys
 import types
-from typing import Any
+from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic import BaseModel, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, create_model
 from pydantic_core import core_schema
+
+from cw_cli.features import features
 
 #: pydantic's documented switch: "__all__" turns every plugin off.
 _PLUGIN_SWITCH = "PYDANTIC_DISABLE_PLUGINS"
@@ -99,3 +101,15 @@ class OnDemand:
 
     def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> dict[str, Any]:
         return {"anyOf": [handler(self.model().__pydantic_core_schema__), {"type": "null"}]}
+
+
+def with_feature_blocks(base: type[BaseModel]) -> type[BaseModel]:
+    """``base`` with one more field per feature (cw_cli/features): its block, validated on demand by
+    the feature's own model and None when the config has none. A subclass of the same name (pydantic's
+    documented way to add fields), so every method and validator of ``base`` applies."""
+    blocks: dict[str, Any] = {}
+    for feature in features():
+        module, _, name = feature.spec.partition(":")
+        annotation = Annotated[Optional[Any], OnDemand(module, name)]  # noqa: UP045 - null allowed, as written_forms reads it
+        blocks[feature.block] = (annotation, Field(default=None, description=feature.description))
+    return create_model(base.__name__, __base__=base, __module__=base.__module__, __doc__=base.__doc__, **blocks)

@@ -8,8 +8,9 @@ annotations``): pydantic would otherwise compile and evaluate each field's annot
 when the models are built, on every command that reads a config.
 
 The models are built at the end of this module with pydantic's plugin lookup off, and the blocks
-few configs have (``eval:``, ``notify:``, ``gate:``) only when a config has them: see
-config/model_building.py.
+few configs have (``eval:``, ``gate:``, and each feature's, such as ``notify:``) only when a config
+has them: see config/model_building.py. A feature's block (cw_cli/features) is a field of
+:class:`ClusterSpec` added from the feature's declaration, so the feature stays in its folder.
 """
 
 import posixpath
@@ -20,22 +21,19 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator, model_validator
 from pydantic.functional_validators import AfterValidator, BeforeValidator
 
-from cw_cli.config.model_building import OnDemand, build_without_plugin_lookup
+from cw_cli.config.model_building import OnDemand, build_without_plugin_lookup, with_feature_blocks
 from cw_cli.config.quantity import MIN_CPU, MIN_MEMORY, normalize_quantity
 from cw_cli.types import CODE_MOUNT
 
 if TYPE_CHECKING:  # what the blocks are; pydantic validates them with OnDemand
     from cw_cli.config.evaluation import EvalSpec
     from cw_cli.config.gate import GateSpec
-    from cw_cli.config.notify import NotifySpec
 
     EvalBlock = EvalSpec | None
     GateBlock = GateSpec | None
-    NotifyBlock = NotifySpec | None
 else:
     EvalBlock = Annotated[Optional[Any], OnDemand("cw_cli.config.evaluation", "EvalSpec")]  # noqa: UP045 - null allowed, as written_forms reads it
     GateBlock = Annotated[Optional[Any], OnDemand("cw_cli.config.gate", "GateSpec")]  # noqa: UP045
-    NotifyBlock = Annotated[Optional[Any], OnDemand("cw_cli.config.notify", "NotifySpec")]  # noqa: UP045
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -465,11 +463,6 @@ class ClusterSpec(StrictModel):
         "loading or NCCL set-up): stacks of every Python process go to <run>/.cw/stacks-<time>/ and the pod restarts. "
         "Default: not watched (loading and data preparation take from seconds to hours).",
     )
-    notify: NotifyBlock = Field(
-        default=None,
-        description="Notifications the cluster sends (Slack, email, Discord, a webhook...: Apprise URLs) on success, "
-        "failure, stall and restart: {urls: [...], secret: <Secret for the URLs' {KEY} parts>, events: [...]}.",
-    )
     eval: EvalBlock = Field(
         default=None,
         description="Evaluate the checkpoints with lm-evaluation-harness (docs/evaluation.md): {tasks: [...], "
@@ -596,6 +589,9 @@ class ClusterSpec(StrictModel):
             refs[variable] = SecretRef(name=ref.name, key=ref.key or variable)
         return refs
 
+
+if not TYPE_CHECKING:  # each feature's block (`notify:`...) as a field of its own; the type checker sees the core
+    ClusterSpec = with_feature_blocks(ClusterSpec)
 
 CLUSTER_FIELDS: frozenset[str] = frozenset(
     alias or name for name, info in ClusterSpec.model_fields.items() for alias in (info.alias, name)

@@ -13,7 +13,6 @@ REWARD_SERVER_FILE = "cw_reward_server.py"
 REWARD_CLIENT_FILE = "cw_reward.py"
 ENTRYPOINT_FILE = "cw_entrypoint.py"  # resumes from the newest checkpoint in output_dir, then execs the trainer
 FAULT_FILE = "cw_fault.py"  # beside the entrypoint: stop at a step end on SIGTERM, catch stalls
-NOTIFY_FILE = "cw_notify.py"  # beside the entrypoint with `notify:`: tells the user from the cluster
 PROGRESS_FILE = "cw_progress.py"  # beside cw_fault: the [cw-progress] line `cw status` and `cw list` read
 VF_RESUME_FILE = "cw_vf_resume.py"  # beside cw_fault in a verifiers run: RLTrainer resumes after a restart
 IDENTITY_ENV = "CW_RUN_IDENTITY"  # framework/type/model/config hash of the run, read by cw_entrypoint.py
@@ -35,7 +34,6 @@ _SOURCES = {
     REWARD_CLIENT_FILE: "cw_reward.py",
     ENTRYPOINT_FILE: "cw_entrypoint.py",
     FAULT_FILE: "cw_fault.py",
-    NOTIFY_FILE: "cw_notify.py",
     PROGRESS_FILE: "cw_progress.py",
     VF_RESUME_FILE: "cw_vf_resume.py",
     PIP_FILE: "cw_pip.py",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
+from cw_cli import features
 from cw_cli.config.models import NO_VOLUME
 from cw_cli.errors import ConfigError
 from cw_cli.frameworks.base import BaseTrainingFramework, RunContext, ServiceDef
@@ -15,7 +16,6 @@ from cw_cli.frameworks.runtime_files import (
     ENTRYPOINT_FILE,
     FAULT_FILE,
     KEEPER_FILE,
-    NOTIFY_FILE,
     PIP_FILE,
     POD_API_FILE,
     PROGRESS_FILE,
@@ -64,8 +64,8 @@ def volume_choice(request: RunRequest, framework: BaseTrainingFramework) -> list
 
 
 #: cw's pod-side files a run's ConfigMap may carry: a user's file may not take their names.
-RUNTIME_KEYS = (NOTIFY_FILE, PIP_FILE, ENTRYPOINT_FILE, FAULT_FILE, PROGRESS_FILE, KEEPER_FILE, POD_API_FILE, CODE_FILE,
-                CODE_ARCHIVE)
+RUNTIME_KEYS = (PIP_FILE, ENTRYPOINT_FILE, FAULT_FILE, PROGRESS_FILE, KEEPER_FILE, POD_API_FILE, CODE_FILE, CODE_ARCHIVE,
+                *features.pod_file_keys())
 
 
 class FrameworkOutput(Struct):
@@ -153,13 +153,13 @@ def configmap_files(request: RunRequest, output: FrameworkOutput, workload: Work
         runtime.append(PIP_FILE)
     if not request.services_only:
         runtime += [ENTRYPOINT_FILE, FAULT_FILE, PROGRESS_FILE]  # the entrypoint's supervisor, its progress line (issue 34)
-    if request.config.cluster.notify is not None and not request.services_only:
-        runtime.append(NOTIFY_FILE)  # cw_notify.py: the trainer tells the user (issue 34)
     if output.services and workload.strategy.server_keeper:  # a JobSet stops its servers itself
         runtime += [KEEPER_FILE, POD_API_FILE]
     if request.config.cluster.code is not None and not request.services_only:
         runtime.append(CODE_FILE)
     files = [*output.files, *(text_file(key, runtime_file(key)) for key in runtime)]
+    if not request.services_only:  # the features' pod-side files, beside the entrypoint (cw_notify.py)
+        files += [text_file(key, text) for key, text in features.pod_files(request.config.cluster).items()]
     if request.config.cluster.eval is not None and not request.services_only:
         from cw_cli.render.evaluation import run_eval_file  # cw-eval.json: what `cw eval RUN` evaluates with
 

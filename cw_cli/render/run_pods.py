@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
+from cw_cli import features
 from cw_cli.frameworks.base import CHECKPOINT_MOUNT, CONFIG_MOUNT, RunContext, ServiceDef
 from cw_cli.frameworks.runtime_files import IDENTITY_ENV, RESUME_CHANGED_ENV, with_entrypoint, with_requirements
 from cw_cli.labels import COMPONENT_LABEL, EVAL, KEEPER, LIFETIME_ANNOTATION, TRAINER
@@ -108,11 +109,7 @@ def _trainer_env(scope: Scope, output: FrameworkOutput, workload: Workload) -> l
     )
     if cluster.nodes > 1:
         env += multi_node_env(workload.strategy.master_address(request.run_name, context.names), cluster.nodes)
-    if cluster.notify is None:
-        return env
-    from cw_cli.render.notify import notify_env
-
-    return env + notify_env(cluster.notify, request.run_name)  # the trainer alone holds the Secret's keys
+    return env + features.trainer_env(cluster, request.run_name)  # the trainer alone holds a notify Secret's keys
 
 
 def trainer_job(scope: Scope, output: FrameworkOutput, workload: Workload) -> dict[str, Any]:

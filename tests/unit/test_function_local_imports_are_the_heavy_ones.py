@@ -31,7 +31,7 @@ HEAVY = {
     "torch": 1000, "transformers": 1000, "peft": 500, "datasets": 500, "huggingface_hub": 100, "pyarrow": 100,
     "matplotlib": 300, "safetensors": 10, "accelerate": 300, "trl": 1000, "numpy": 60, "cryptography": 20,
     "tokenizers": 138,  # the test cluster's tiny model, built with the image's own packages
-    "apprise": 330,  # `notify:` URLs checked at launch only (config/notify.py)
+    "apprise": 330,  # `notify:` URLs checked at launch only (features/notify/config.py)
     "urllib3": 120, "tomli": 5, "tomli_w": 2, "websocket": 30,  # websocket-client: exec and port-forward streams only  # tomli(_w): only for verifiers' TOML, rarely used
     # standard library, 5 ms or more (or pulling a C extension in)
     "tomllib": 10, "ssl": 11, "http": 20, "concurrent": 10, "subprocess": 8, "tarfile": 8, "tempfile": 8,
@@ -59,7 +59,8 @@ def _module_name(path: Path, root: Path) -> str:
 
 def _scan(package: Path) -> tuple[dict[str, Path], dict[str, set[str]], dict[str, list[tuple[int, str]]]]:
     """(module -> path, module -> its top-level imports, module -> its (line, import) in functions)."""
-    paths = {_module_name(p, package.parent): p for p in package.rglob("*.py") if "runtime" not in p.relative_to(package).parts}
+    pod_side = {"runtime", "pod"}  # cw_cli/runtime/ and a feature's pod/: scripts run in the images, by their own rules
+    paths = {_module_name(p, package.parent): p for p in package.rglob("*.py") if not pod_side & set(p.relative_to(package).parts)}
     top: dict[str, set[str]] = {}
     local: dict[str, list[tuple[int, str]]] = {}
     for name, path in paths.items():

@@ -108,8 +108,9 @@ def test_any_recorded_gate_is_read_as_a_gate_or_none(value):
 import sys  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cw_cli" / "runtime"))
-import cw_notify  # noqa: E402
 import cw_pipeline  # noqa: E402
+
+from cw_cli.features.notify.pod import cw_notify  # noqa: E402
 
 conditions = st.lists(st.fixed_dictionaries({}, optional={"type": st.sampled_from(["Complete", "Failed", "Completed"]) | json_values,
                                                           "status": st.sampled_from(["True", "False"]) | json_values}) | json_values,
@@ -176,7 +177,7 @@ url_parts = st.sampled_from(["json://", "slack://", "mailto://", "discord://", "
 def test_any_notify_urls_are_taken_or_refused_naming_the_field(urls, secret):
     from pydantic import ValidationError
 
-    from cw_cli.config.notify import NotifySpec, check_urls
+    from cw_cli.features.notify.config import NotifySpec, check_urls
 
     try:
         spec = NotifySpec.model_validate({"urls": urls, **({"secret": secret} if secret is not None else {})})

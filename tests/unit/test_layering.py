@@ -3,6 +3,10 @@
 Every ``import`` of a cw module counts, inside functions too; only ``if TYPE_CHECKING:`` blocks
 are exempt (annotations, not dependencies). The pod-side runtime files import nothing of cw:
 they run in images where cw is not installed.
+
+The optional features (``cw_cli/features/<name>/``) sit above every step, as plugins do: a
+feature may import any step, and no step imports a feature (it asks ``cw_cli.features``, the
+registry, which with ``features/contract.py`` is step 0). A feature's ``pod/`` folder is pod-side.
 """
 
 from __future__ import annotations
@@ -27,11 +31,24 @@ STEPS = {
     "cli": 7, "__main__": 8,
 }  # fmt: skip
 POD_SIDE = "runtime"
+#: The features' registry and contract (step 0), and a feature's own modules (above every step).
+FEATURES, A_FEATURE = "features", "a feature"
+STEPS[FEATURES], STEPS[A_FEATURE] = 0, 99
 
 
 def _step_of(module: str) -> str:
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] == FEATURES and parts[2] != "contract":
+        return A_FEATURE
     return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _step_here(relative: Path) -> str:
+    """The step of a module of the package, by its path (``features/notify/env.py``: a feature)."""
+    parts = relative.with_suffix("").parts
+    if parts[0] == FEATURES and len(parts) > 2:
+        return POD_SIDE if "pod" in parts[2:] else A_FEATURE
+    return parts[0]
 
 
 def _type_checking_nodes(tree: ast.AST) -> set[int]:
@@ -63,7 +80,7 @@ def cw_imports(path: Path) -> list[tuple[int, str]]:
 def layering_violations(package: Path) -> list[str]:
     problems = []
     for path in sorted(package.rglob("*.py")):
-        here = path.relative_to(package).with_suffix("").parts[0]
+        here = _step_here(path.relative_to(package))
         for line, module in cw_imports(path):
             there = _step_of(module)
             if here == POD_SIDE:
@@ -91,7 +108,14 @@ def test_the_check_finds_a_backward_import(tmp_path):
     )
     (tmp_path / "runtime").mkdir()
     (tmp_path / "runtime" / "pod.py").write_text("import cw_cli.errors\n")
+    (tmp_path / "features" / "notify" / "pod").mkdir(parents=True)
+    (tmp_path / "features" / "notify" / "pod" / "cw_notify.py").write_text("import cw_cli.errors\n")
+    (tmp_path / "features" / "notify" / "env.py").write_text("from cw_cli.api import Session\n")  # a feature may
+    (tmp_path / "render" / "x.py").parent.mkdir()
+    (tmp_path / "render" / "x.py").write_text("from cw_cli.features.notify.env import notify_env\nfrom cw_cli import features\n")
     assert layering_violations(tmp_path) == [
         "config/bad.py:5: config (step 1) imports cw_cli.render.plan",
+        "features/notify/pod/cw_notify.py:1: pod-side code imports cw_cli.errors",
+        "render/x.py:1: render (step 3) imports cw_cli.features.notify.env",
         "runtime/pod.py:1: pod-side code imports cw_cli.errors",
     ]

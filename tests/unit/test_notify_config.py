@@ -12,8 +12,8 @@ import pytest
 import yaml
 from unit_helpers import REPO, container, env_map, obj, plan_for, pod_spec, write_config
 
-from cw_cli.config.notify import EVENTS, NotifySpec, check_urls
 from cw_cli.errors import ConfigError
+from cw_cli.features.notify.config import EVENTS, NotifySpec, check_urls
 
 SFT = {"model_name_or_path": "m", "dataset_name": "d"}
 SLACK = "slack://{SLACK_A}/{SLACK_B}/{SLACK_C}"
@@ -108,7 +108,7 @@ def test_a_dry_run_with_notify_never_imports_apprise(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "CW_NOTIFY" in done.stdout
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
-    assert "cw_cli.config.notify" in imported and not any(name.split(".")[0] == "apprise" for name in imported)
+    assert "cw_cli.features.notify.config" in imported and not any(name.split(".")[0] == "apprise" for name in imported)
 
 
 def test_a_jobset_runs_trainers_get_the_settings_too(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,12 +21,24 @@ from pathlib import Path
 import pytest
 
 from cw_cli.diagnosis import logs as diagnosis_logs
-from cw_cli.runtime import cw_notify
+from cw_cli.features.notify import FEATURE
+from cw_cli.features.notify.pod import cw_notify
+from cw_cli.frameworks.runtime_files import RUNTIME_DIR
 
 pytest.importorskip("apprise")
 
-RUNTIME = Path(cw_notify.__file__).resolve().parent
-ENTRYPOINT = RUNTIME / "cw_entrypoint.py"
+ENTRYPOINT = RUNTIME_DIR / "cw_entrypoint.py"  # replaced by its copy in the pod's folder (below)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _pod_folder(tmp_path_factory):
+    """cw's pod-side files laid out as the ConfigMap lays them out: the feature's cw_notify.py
+    beside the entrypoint, which imports it from its own folder."""
+    global ENTRYPOINT
+    folder = tmp_path_factory.mktemp("pod")
+    for source in [*RUNTIME_DIR.glob("cw_*.py"), *FEATURE.pod_files.values()]:
+        shutil.copy(source, folder / source.name)
+    ENTRYPOINT = folder / "cw_entrypoint.py"
 
 
 class Receiver:

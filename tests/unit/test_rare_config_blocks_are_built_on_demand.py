@@ -15,7 +15,7 @@ from unit_helpers import REPO, load, write_config
 from cw_cli.errors import ConfigError
 
 BASE = {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "dataset_name": "trl-lib/Capybara", "checkpoint_volume": "none"}
-BLOCK_MODULES = ("cw_cli.config.evaluation", "cw_cli.config.gate", "cw_cli.config.notify")
+BLOCK_MODULES = ("cw_cli.config.evaluation", "cw_cli.config.gate", "cw_cli.features.notify.config")
 
 
 def _modules_after_loading(config_path) -> list[str]:
@@ -39,7 +39,7 @@ def test_a_config_without_the_blocks_loads_none_of_their_models(tmp_path):
 def test_the_blocks_are_their_models_and_null_is_no_block(tmp_path):
     from cw_cli.config.evaluation import EvalSpec
     from cw_cli.config.gate import GateSpec
-    from cw_cli.config.notify import NotifySpec
+    from cw_cli.features.notify.config import NotifySpec
 
     config = load("trl", "sft", write_config(tmp_path, {
         **BASE, "eval": {"tasks": ["hellaswag"], "metric": "hellaswag/acc_norm", "limit": 5},

@@ -53,7 +53,7 @@ STALL_FILE = "stall.json"
 STALL_EXIT = 75  # cw_fault.STALL_EXIT
 STOPPED_EXIT = 143  # cw_fault.STOPPED_EXIT
 TAIL_BYTES = 64 * 1024
-PLACEHOLDER = re.compile(r"\{([-._a-zA-Z0-9]{1,253})\}")  # cw_cli.config.notify.PLACEHOLDER
+PLACEHOLDER = re.compile(r"\{([-._a-zA-Z0-9]{1,253})\}")  # cw_cli.features.notify.config.PLACEHOLDER
 _PREFIX = "[cw-notify]"
 # The texts cw status matches in a failed trainer's log (cw_cli/diagnosis/logs.py), held equal by a unit test.
 CUDA_OOM = r"CUDA out of memory|torch\.(cuda\.)?OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED"

@@ -14,7 +14,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cw_cli.config.notify import NotifySpec
+    from cw_cli.features.notify.config import NotifySpec
 
 NOTIFY_ENV = "CW_NOTIFY"  # cw_notify.NOTIFY_ENV
 SECRET_VARIABLE = "CW_NOTIFY_SECRET_{index}"
