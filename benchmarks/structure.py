@@ -14,9 +14,10 @@ Each figure is counted with Python's ``ast`` over ``cw_cli/`` (the pod-side scri
   ``render/workloads/``, ``k8s/workloads.py``, ``testcluster/``) that compare with a workload kind
   (``"Job"``, ``"JobSet"``, ``"Deployment"``, ``JOB``, ``JOBSET``), test ``services_only``, read
   ``.gang``, or compare ``nodes`` with a number.
-- ``feature_packages``: for each optional feature, the subpackages of ``cw_cli`` holding a module
-  whose file name names it (evaluation: ``eval``, ``scores``, ``gate``; pipelines; export; notify).
-  A name-based count: a feature's code in a module named otherwise is not seen.
+- ``feature_packages``: for each optional feature, the top-level subpackages of ``cw_cli`` (a
+  feature's own folder, ``features/<name>``, counting as one) holding a module whose file name
+  names it (evaluation: ``eval``, ``scores``, ``gate``; pipelines; export; notify). A name-based
+  count: a feature's code in a module named otherwise is not seen.
 
 ``--list NAME`` prints the places behind one figure. Duplicate pairs come from the ``duplicates``
 tool, and start-up instructions from ``benchmarks/instructions.py``.
@@ -134,7 +135,8 @@ def measure(package: Path = PACKAGE) -> tuple[dict[str, object], dict[str, list[
                 places["local_cw_imports"].append(where)
         if not relative.startswith(STRATEGY):
             places["kind_branches_outside_strategy"] += [f"{relative}:{line}: {code}" for line, code in kind_branches(tree)]
-        stem, folder = Path(relative).stem, str(Path(relative).parent)
+        parts = Path(relative).parts
+        stem, folder = Path(relative).stem, "/".join(parts[:2]) if parts[0] == "features" else parts[0]
         for name, words in FEATURES.items():
             if any(word in stem for word in words):
                 features[name].add(folder)
