@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cw_cli.api.pipelines import plan_pipeline
 from cw_cli.config.pipeline import parse_pipeline
@@ -156,3 +158,16 @@ def test_a_stages_run_says_its_pipeline_in_cw_lists_json():
            "spec": {"template": {"spec": {"containers": [{"name": "trainer"}]}}}, "status": {}}  # fmt: skip
     views, _ = collect_runs([("Job", job)], "ns")
     assert run_dict(views[("ns", "rlhf-dpo")])["pipeline"] == {"name": "rlhf", "stage": "dpo"}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(use_peft=st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20)
+       | st.lists(st.integers(), max_size=3) | st.dictionaries(st.text(max_size=5), st.integers(), max_size=3))
+def test_any_use_peft_value_of_a_referenced_stage_plans_or_is_refused_naming_the_line(tmp_path, use_peft):
+    """The adapter check reads a value of the user's config: whatever it is, a plan or a ConfigError."""
+    path = _files(tmp_path)
+    (tmp_path / "sft.yaml").write_text(yaml.safe_dump({**SFT, "use_peft": use_peft}))
+    try:
+        plan_pipeline(path)
+    except ConfigError as exc:
+        assert "stage" in exc.message, exc.message
